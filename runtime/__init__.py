@@ -1,0 +1,1 @@
+"""day0.runtime"""
