@@ -1,0 +1,146 @@
+"""`day0 compile`: checkpoint directory -> artifact directory, one named stage at a time.
+
+    read     config.json + shard headers, validated against the architecture (no weights loaded)
+    export   torch.export of prefill/decode with uninitialized weights -> raw torch MLIR
+    passes   the target's pipeline (parameters-to-globals, dsa-to-gather-tiles, ...)
+    compile  iree-compile for the target -> model.vmfb
+    publish  manifest.json (+ tokenizer.json) and an atomic rename into place
+
+Every stage's failure surfaces as a `BuildError` naming the stage; `dump_stages` writes the IR
+after each of our stages and after each IREE phase under `<artifact>/stages/`.
+"""
+
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+STAGES = ("read", "export", "passes", "compile", "publish")
+DEFAULT_MAX_SEQ_LEN = 4096
+
+
+class BuildError(RuntimeError):
+    pass
+
+
+@dataclass
+class BuildOptions:
+    target: str = "llvm-cpu"
+    max_seq_len: int = DEFAULT_MAX_SEQ_LEN
+    dump_stages: bool = False
+    extra_flags: tuple[str, ...] = ()
+    dsa_tile: int = 64  # preferred tile; the largest divisor of the selection width <= it is used
+
+
+def _progress_printer(stream=sys.stderr) -> Callable[[str, str], None]:
+    started = {}
+
+    def report(stage: str, event: str) -> None:
+        i = STAGES.index(stage) + 1
+        if event == "start":
+            started[stage] = time.perf_counter()
+            print(f"[{i}/{len(STAGES)}] {stage} ...", file=stream, flush=True)
+        else:
+            print(f"[{i}/{len(STAGES)}] {stage} done in {time.perf_counter() - started[stage]:.1f} s",
+                  file=stream, flush=True)
+
+    return report
+
+
+def compile_checkpoint(checkpoint_dir: Path, out_dir: Path, options: BuildOptions = BuildOptions(),
+                       progress: Callable[[str, str], None] | None = None) -> dict:
+    """Build the artifact; returns its manifest. Nothing is left at out_dir on failure."""
+    import torch
+
+    from day0.frontend.export import export_model
+    from day0.frontend.ir import new_context, parse_module
+    from day0.lowering.compile import compile_mlir
+    from day0.lowering.targets import get_target
+    from day0.models.checkpoint import Checkpoint
+    from day0.models.checkpoint import TORCH_DTYPES
+    from day0.models.registry import architecture
+    from day0.passes.pipeline import parse_pipeline
+    from day0.passes.pipelines import pipeline_for
+    from day0.runtime.artifact import VMFB, publish, staging_dir
+
+    progress = progress or _progress_printer()
+    checkpoint_dir, out_dir = Path(checkpoint_dir).resolve(), Path(out_dir).resolve()
+    get_target(options.target)  # unknown target: clear error before any work
+    if options.max_seq_len < 2:
+        raise BuildError(f"--max-seq-len must be at least 2 (got {options.max_seq_len})")
+
+    progress("read", "start")
+    ckpt = Checkpoint.open(checkpoint_dir)
+    cfg, model_cls = architecture(ckpt.config)
+    dtypes = {n: TORCH_DTYPES[t.dtype] for n, t in ckpt.tensors.items() if t.dtype in TORCH_DTYPES}
+    with torch.no_grad():
+        model = model_cls.empty(cfg, options.max_seq_len, dtypes)
+    ckpt.check_expected(model.parameter_shapes())
+    progress("read", "done")
+
+    tmp = staging_dir(out_dir)
+    stages = tmp / "stages" if options.dump_stages else None
+    if stages:
+        stages.mkdir()
+    try:
+        progress("export", "start")
+        exported = export_model(model, options.max_seq_len)
+        if stages:
+            (stages / "00-export.mlir").write_text(exported.mlir)
+        progress("export", "done")
+
+        progress("passes", "start")
+        pipeline = pipeline_for(options.target, model.selection_width(), options.dsa_tile)
+        with new_context():
+            module = parse_module(exported.mlir)
+            for i, p in enumerate(parse_pipeline(pipeline), start=1):
+                p.run(module)
+                if stages:
+                    (stages / f"{i:02d}-{p.name}.mlir").write_text(str(module))
+            lowered = str(module)
+        progress("passes", "done")
+
+        progress("compile", "start")
+        result = compile_mlir(lowered, options.target, tmp / VMFB, extra_flags=options.extra_flags,
+                              dump_dir=stages / "iree" if stages else None,
+                              repro_dir=out_dir.parent / f"{out_dir.name}.repro")
+        progress("compile", "done")
+
+        progress("publish", "start")
+        tokenizer = checkpoint_dir / "tokenizer.json"
+        if tokenizer.exists():
+            shutil.copy(tokenizer, tmp / "tokenizer.json")
+        manifest = {
+            "architecture": cfg.model_type,
+            "config": ckpt.config,
+            "target": options.target,
+            "max_seq_len": options.max_seq_len,
+            "vocab_size": cfg.vocab_size,
+            "eos_token_id": cfg.eos_token_id,
+            "entry_points": {
+                "prefill": {"inputs": ["ids[S] int64", "start[1] int64", "*state"],
+                            "outputs": ["logits[S,V] float32", "*state"], "min_len": 2},
+                "decode": {"inputs": ["token[1] int64", "pos[1] int64", "*state"],
+                           "outputs": ["logits[1,V] float32", "*state"]},
+            },
+            "state": [{"name": s.name, "kind": s.kind, "layer": s.layer, "shape": list(s.shape),
+                       "dtype": s.dtype} for s in model.state_specs()],
+            "parameters": {"scope": "model", "base_dir": str(checkpoint_dir),
+                           "files": ckpt.file_records(), "count": len(exported.parameters)},
+            "compile_flags": list(result.flags),
+            "tools": tool_versions(),
+        }
+        publish(tmp, out_dir, manifest)
+        progress("publish", "done")
+        return manifest
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def tool_versions() -> dict[str, str]:
+    from importlib.metadata import version
+
+    return {p: version(p) for p in ("torch", "torch-mlir", "iree-base-compiler", "iree-base-runtime",
+                                    "transformers", "day0")}

@@ -1,0 +1,162 @@
+"""DeepSeek-V3.2 (`deepseek_v32`): MLA + DSA indexer + MoE with shared experts, export-friendly.
+
+The module tree mirrors the checkpoint's tensor names exactly (`model.layers.{i}.self_attn...`),
+so `state_dict()` keys are the safetensors keys and the compiled artifact can name every weight
+as an IREE parameter read straight from the original shards.
+
+State is explicit: two functional entry points take and return the caches
+    prefill(ids [S] i64, start [1] i64, *kv_caches, *index_caches) -> (logits [S, V], *caches)
+    decode(token [1] i64, pos [1] i64, *kv_caches, *index_caches)  -> (logits [1, V], *caches)
+with per layer kv_cache [T, kv_lora_rank + qk_rope_head_dim] and index_cache [T, index_head_dim]
+(T = max_seq_len), both float32.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from day0.models.config import ConfigError, require
+from day0.models.layers import MLP, RMSNorm, linear, rope_table
+from day0.models.mla import SparseMLA
+from day0.models.moe import MoE
+
+MODEL_TYPE = "deepseek_v32"
+
+
+def parse_config(raw: dict):
+    """config.json dict -> transformers' DeepseekV32Config, after checking what day0 supports."""
+    import transformers
+
+    require(raw.get("model_type") == MODEL_TYPE, "model_type", f"expected '{MODEL_TYPE}'")
+    try:
+        cfg = transformers.DeepseekV32Config(**{k: v for k, v in raw.items() if k != "model_type"})
+    except Exception as e:  # strict dataclass validation: name the field it complains about
+        raise ConfigError(f"config.json: invalid deepseek_v32 config: {e}") from None
+    rope = cfg.rope_parameters or {}
+    require(rope.get("rope_type", "default") in ("default", "yarn"), "rope_parameters.rope_type",
+            f"'{rope.get('rope_type')}' is not supported (supported: default, yarn)")
+    require(cfg.hidden_act == "silu", "hidden_act", f"'{cfg.hidden_act}' is not supported (only silu)")
+    require(cfg.num_key_value_heads == cfg.num_attention_heads, "num_key_value_heads",
+            "MLA needs num_key_value_heads == num_attention_heads")
+    require(isinstance(cfg.q_lora_rank, int) and cfg.q_lora_rank > 0, "q_lora_rank", "must be a positive int")
+    require(cfg.n_routed_experts % cfg.n_group == 0, "n_group", "must divide n_routed_experts")
+    require(0 < cfg.topk_group <= cfg.n_group, "topk_group", "must be in [1, n_group]")
+    require(cfg.num_experts_per_tok <= cfg.n_routed_experts, "num_experts_per_tok", "exceeds n_routed_experts")
+    require(cfg.n_routed_experts // cfg.n_group >= 2, "n_group", "each group needs at least 2 experts")
+    require(cfg.qk_rope_head_dim % 2 == 0 and cfg.qk_rope_head_dim <= cfg.index_head_dim,
+            "qk_rope_head_dim", "must be even and at most index_head_dim")
+    require(set(cfg.layer_types) <= {"indexed_attention"}, "layer_types",
+            f"unsupported values {sorted(set(cfg.layer_types) - {'indexed_attention'})}")
+    require(set(cfg.mlp_layer_types) <= {"dense", "sparse"}, "mlp_layer_types",
+            f"unsupported values {sorted(set(cfg.mlp_layer_types) - {'dense', 'sparse'})}")
+    require(len(cfg.mlp_layer_types) == cfg.num_hidden_layers, "mlp_layer_types",
+            "needs one entry per layer")
+    return cfg
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg, i: int):
+        super().__init__()
+        self.self_attn = SparseMLA(cfg)
+        sparse = cfg.mlp_layer_types[i] == "sparse"
+        self.mlp = MoE(cfg) if sparse else MLP(cfg.hidden_size, cfg.intermediate_size)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, h, positions, cos, sin, visible, kv_cache, index_cache):
+        a, kv_cache, index_cache = self.self_attn(self.input_layernorm(h), positions, cos, sin, visible,
+                                                  kv_cache, index_cache)
+        h = h + a
+        return h + self.mlp(self.post_attention_layernorm(h)), kv_cache, index_cache
+
+
+class Backbone(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+
+@dataclass(frozen=True)
+class StateSpec:
+    """One state tensor the runtime keeps on the device between calls."""
+
+    name: str
+    kind: str  # "mla_latent" | "indexer_keys"
+    layer: int
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+
+
+class DeepseekV32(nn.Module):
+    """The causal LM. Build it with `DeepseekV32.empty(cfg, max_seq_len)` and fill the weights
+    from a checkpoint; `prefill`/`decode` are the two functional entry points."""
+
+    def __init__(self, cfg, max_seq_len: int):
+        super().__init__()
+        self.cfg, self.max_seq_len = cfg, max_seq_len
+        self.model = Backbone(cfg)
+        self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+
+    @classmethod
+    def empty(cls, cfg, max_seq_len: int, dtypes: dict[str, torch.dtype] | None = None) -> "DeepseekV32":
+        """Parameters allocated but not initialized (untouched pages cost no memory), in the dtypes
+        the checkpoint stores (`dtypes`: name -> dtype; default float32); rope tables computed."""
+        with torch.device("meta"):
+            m = cls(cfg, max_seq_len)
+        m = m.to_empty(device="cpu")
+        for name, p in m.named_parameters():
+            if dtypes and name in dtypes and dtypes[name] != p.dtype:
+                p.data = torch.empty(p.shape, dtype=dtypes[name])
+        inv_freq, scaling = rope_frequencies(cfg)
+        cos, sin = rope_table(inv_freq, max_seq_len, scaling)
+        m.register_buffer("rope_cos", cos, persistent=True)
+        m.register_buffer("rope_sin", sin, persistent=True)
+        return m.requires_grad_(False)
+
+    def parameter_shapes(self) -> dict[str, tuple[tuple[int, ...], None]]:
+        return {n: (tuple(p.shape), None) for n, p in self.named_parameters()}
+
+    def selection_width(self) -> int:
+        """K, the number of positions the indexer selects per query (the DSA op's width)."""
+        return min(self.cfg.index_topk, self.max_seq_len)
+
+    def state_specs(self) -> list[StateSpec]:
+        c, t = self.cfg, self.max_seq_len
+        kv = [StateSpec(f"kv_cache.{i}", "mla_latent", i, (t, c.kv_lora_rank + c.qk_rope_head_dim))
+              for i in range(c.num_hidden_layers)]
+        ix = [StateSpec(f"index_cache.{i}", "indexer_keys", i, (t, c.index_head_dim))
+              for i in range(c.num_hidden_layers)]
+        return kv + ix
+
+    def empty_state(self) -> list[Tensor]:
+        return [torch.zeros(s.shape) for s in self.state_specs()]
+
+    def step(self, ids: Tensor, start: Tensor, *state: Tensor) -> tuple[Tensor, ...]:
+        """Run ids [S] at positions start..start+S-1 over the state; returns (logits [S, V], *state)."""
+        n = self.cfg.num_hidden_layers
+        kv_caches, index_caches = list(state[:n]), list(state[n:])
+        positions = start + torch.arange(ids.shape[0], dtype=torch.int64)  # [S]
+        cos, sin = self.rope_cos.index_select(0, positions), self.rope_sin.index_select(0, positions)
+        visible = torch.arange(self.max_seq_len, dtype=torch.int64)[None, :] <= positions[:, None]
+        h = self.model.embed_tokens.weight.index_select(0, ids).float()  # [S, hidden]
+        for i, layer in enumerate(self.model.layers):
+            h, kv_caches[i], index_caches[i] = layer(h, positions, cos, sin, visible,
+                                                     kv_caches[i], index_caches[i])
+        h = self.model.norm(h)
+        head = self.model.embed_tokens if self.lm_head is None else self.lm_head
+        return (h @ head.weight.float().T, *kv_caches, *index_caches)
+
+
+def rope_frequencies(cfg) -> tuple[Tensor, float]:
+    """inv_freq [rope_dim/2] and the cos/sin scaling, exactly as transformers computes them."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    rope_type = (cfg.rope_parameters or {}).get("rope_type", "default")
+    if rope_type == "default":
+        base = cfg.rope_parameters["rope_theta"]
+        dim = cfg.qk_rope_head_dim
+        return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim)), 1.0
+    return ROPE_INIT_FUNCTIONS[rope_type](cfg)

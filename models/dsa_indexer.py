@@ -1,0 +1,60 @@
+"""The DSA lightning indexer: scores every visible cached token for each query, keeps the top-k.
+
+    q_{t,h} = W_qb · q_resid_t               [S, H_I, d_I]
+    k_s     = LayerNorm(W_k · x_s)           [T, d_I]   (the indexer key cache holds these rows)
+    RoPE (half split) on the first rope_dim dims of q and k
+    I_{t,s} = Σ_h w_{t,h} · ReLU(d_I^-½ · q_{t,h}·k_s),   w = W_w · x · H_I^-½
+    S_t     = top-k over visible s (s ≤ position of t)
+
+Tie rule: among equal scores the lower position wins. The eager path sorts stably to get exactly
+that; the exported path uses aten.topk, which IREE lowers keeping the lower index (tested).
+Invisible slots come back as -1, the empty-slot marker `day0::dsa_attention` understands.
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from day0.models.layers import linear, rotate_half_split
+
+
+def select_topk(scores: Tensor, k: int) -> Tensor:
+    """Indices [S, k] int64 of the k largest scores per row, lower index first on ties, -1 where
+    the selected score is -inf (an invisible position)."""
+    if torch.compiler.is_exporting():
+        values, indices = torch.topk(scores, k, dim=-1)
+    else:
+        values, indices = torch.sort(scores, dim=-1, descending=True, stable=True)
+        values, indices = values[:, :k], indices[:, :k]
+    return torch.where(values == float("-inf"), torch.full_like(indices, -1), indices)
+
+
+class Indexer(nn.Module):
+    def __init__(self, hidden: int, q_lora_rank: int, heads: int, head_dim: int, rope_dim: int, topk: int):
+        super().__init__()
+        self.heads, self.head_dim, self.rope_dim, self.topk = heads, head_dim, rope_dim, topk
+        self.wq_b = nn.Linear(q_lora_rank, heads * head_dim, bias=False)
+        self.wk = nn.Linear(hidden, head_dim, bias=False)
+        self.k_norm = nn.LayerNorm(head_dim, eps=1e-6)
+        self.weights_proj = nn.Linear(hidden, heads, bias=False)
+
+    def keys(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        """Indexer key rows [S, d_I] for new tokens x [S, hidden] (cos/sin [S, rope/2])."""
+        k = F.layer_norm(linear(x, self.wk), (self.head_dim,),
+                         self.k_norm.weight.float(), self.k_norm.bias.float(), self.k_norm.eps)
+        return torch.cat([rotate_half_split(k[:, : self.rope_dim], cos, sin), k[:, self.rope_dim :]], -1)
+
+    def select(self, x: Tensor, q_resid: Tensor, cos: Tensor, sin: Tensor, key_cache: Tensor,
+               visible: Tensor) -> Tensor:
+        """Selected positions [S, k] int64 (-1 = empty) for queries x [S, hidden].
+
+        key_cache: [T, d_I] with the new keys already written; visible: [S, T] bool.
+        """
+        s = x.shape[0]
+        q = linear(q_resid, self.wq_b).view(s, self.heads, self.head_dim)
+        q = torch.cat([rotate_half_split(q[..., : self.rope_dim], cos, sin), q[..., self.rope_dim :]], -1)
+        scores = F.relu(torch.einsum("shd,td->sht", q, key_cache) * self.head_dim**-0.5)  # [S, H_I, T]
+        weights = linear(x, self.weights_proj) * self.heads**-0.5  # [S, H_I]
+        index = torch.einsum("sh,sht->st", weights, scores)  # [S, T]
+        index = index.masked_fill(~visible, float("-inf"))
+        return select_topk(index, min(self.topk, key_cache.shape[0]))

@@ -1,0 +1,79 @@
+"""Small layers shared by every architecture: RMSNorm, the RoPE table, rotary application, MLP.
+
+All of them compute in float32 whatever the checkpoint's storage dtype: a weight stored in bf16
+is read as a bf16 parameter and cast where it is used, so the vmfb never holds a converted copy.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+class RMSNorm(nn.Module):
+    """y = x · rsqrt(mean(x²) + eps) · weight, over the last dim."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(dim))
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = x.float()
+        return self.weight.float() * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+def linear(x: Tensor, layer: nn.Linear) -> Tensor:
+    """x @ Wᵀ (+ b) in float32; W stays [out, in] (N×K), the layout IREE's matvec reads best."""
+    bias = None if layer.bias is None else layer.bias.float()
+    return F.linear(x, layer.weight.float(), bias)
+
+
+class MLP(nn.Module):
+    """SwiGLU feed-forward: down(silu(gate(x)) · up(x)). Checkpoint names gate/up/down_proj."""
+
+    def __init__(self, hidden: int, intermediate: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return linear(F.silu(linear(x, self.gate_proj)) * linear(x, self.up_proj), self.down_proj)
+
+
+def rope_table(inv_freq: Tensor, max_positions: int, attention_scaling: float) -> tuple[Tensor, Tensor]:
+    """cos, sin [max_positions, dim/2] float32, computed in float64.
+
+    IREE's CPU cos/sin lose precision at large arguments (≈4e-4 off at position 32K), so the table
+    is computed here ahead of time and looked up by position in the compiled graph.
+    """
+    pos = torch.arange(max_positions, dtype=torch.float64)
+    angles = pos[:, None] * inv_freq.double()[None, :]
+    return (angles.cos() * attention_scaling).float(), (angles.sin() * attention_scaling).float()
+
+
+def rotate_interleaved(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """DeepSeek MLA rope on pairs (x0,x1),(x2,x3)…, emitted de-interleaved [evens', odds'].
+
+    q and k both get the same permutation, so their dot products equal the interleaved form's.
+    x: [S, ..., d]; cos, sin: [S, d/2] (broadcast over the middle dims).
+    """
+    shape = (cos.shape[0],) + (1,) * (x.dim() - 2) + (cos.shape[1],)
+    cos, sin = cos.reshape(shape), sin.reshape(shape)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def rotate_half_split(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Llama-style (non-interleaved) rope: halves (x1, x2) -> (x1·c − x2·s, x2·c + x1·s)."""
+    shape = (cos.shape[0],) + (1,) * (x.dim() - 2) + (cos.shape[1],)
+    cos, sin = cos.reshape(shape), sin.reshape(shape)
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def yarn_mscale(scale: float, mscale: float) -> float:
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0

@@ -1,0 +1,72 @@
+"""Multi-head latent attention (MLA) made sparse by the DSA indexer, in absorbed form.
+
+The cache holds one row per position: [latent (kv_lora_rank) | rotated k_rope (rope_dim)].
+Queries are absorbed into the latent space, so attention is MQA over that single cached head:
+
+    q_lat_{t,h} = W_uk[h]ᵀ · q_nope_{t,h}          score = q_lat·latent + q_rope·k_rope
+    o_{t,h}     = W_uv[h] · Σ_s p_{t,h,s} latent_s  (p = softmax over the indexer's selection)
+
+which equals transformers' expanded form up to float reassociation.
+"""
+
+import torch
+from torch import Tensor, nn
+
+import day0.frontend.ops  # noqa: F401  (registers torch.ops.day0.*)
+from day0.models.dsa_indexer import Indexer
+from day0.models.layers import RMSNorm, linear, rotate_interleaved, yarn_mscale
+
+
+class SparseMLA(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.heads = cfg.num_attention_heads
+        self.nope, self.rope, self.v = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
+        self.rank = cfg.kv_lora_rank
+        hidden, bias = cfg.hidden_size, cfg.attention_bias
+        self.q_a_proj = nn.Linear(hidden, cfg.q_lora_rank, bias=bias)
+        self.q_a_layernorm = RMSNorm(cfg.q_lora_rank, 1e-6)
+        self.q_b_proj = nn.Linear(cfg.q_lora_rank, self.heads * (self.nope + self.rope), bias=False)
+        self.kv_a_proj_with_mqa = nn.Linear(hidden, self.rank + self.rope, bias=bias)
+        self.kv_a_layernorm = RMSNorm(self.rank, 1e-6)
+        self.kv_b_proj = nn.Linear(self.rank, self.heads * (self.nope + self.v), bias=False)
+        self.o_proj = nn.Linear(self.heads * self.v, hidden, bias=bias)
+        self.indexer = Indexer(hidden, cfg.q_lora_rank, cfg.index_n_heads, cfg.index_head_dim,
+                               cfg.qk_rope_head_dim, cfg.index_topk)
+        self.scale = attention_scale(cfg)
+
+    def forward(self, x: Tensor, positions: Tensor, cos: Tensor, sin: Tensor, visible: Tensor,
+                kv_cache: Tensor, index_cache: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """x [S, hidden] at `positions` [S]; caches [T, rank+rope], [T, d_I]; visible [S, T].
+
+        Returns (out [S, hidden], kv_cache, index_cache) with the new rows written.
+        """
+        s = x.shape[0]
+        q_resid = self.q_a_layernorm(linear(x, self.q_a_proj))
+        q = linear(q_resid, self.q_b_proj).view(s, self.heads, self.nope + self.rope)
+        q_nope, q_rope = q[..., : self.nope], rotate_interleaved(q[..., self.nope :], cos, sin)
+
+        compressed = linear(x, self.kv_a_proj_with_mqa)
+        latent = self.kv_a_layernorm(compressed[:, : self.rank])
+        k_rope = rotate_interleaved(compressed[:, self.rank :], cos, sin)
+        kv_cache = kv_cache.index_copy(0, positions, torch.cat([latent, k_rope], -1))
+        index_cache = index_cache.index_copy(0, positions, self.indexer.keys(x, cos, sin))
+
+        selected = self.indexer.select(x, q_resid, cos, sin, index_cache, visible)  # [S, k]
+
+        w_kv = self.kv_b_proj.weight.float().view(self.heads, self.nope + self.v, self.rank)
+        q_latent = torch.einsum("shn,hnr->shr", q_nope, w_kv[:, : self.nope])  # absorb W_uk
+        query = torch.cat([q_latent, q_rope], -1)  # [S, H, rank + rope]
+        o_latent = torch.ops.day0.dsa_attention(query, kv_cache, selected, self.scale, self.rank)
+        o = torch.einsum("shr,hvr->shv", o_latent, w_kv[:, self.nope :])  # apply W_uv
+        return linear(o.reshape(s, self.heads * self.v), self.o_proj), kv_cache, index_cache
+
+
+def attention_scale(cfg) -> float:
+    """qk_head_dim^-½, times mscale² under yarn rope with mscale_all_dim (as DeepSeek-V3 does)."""
+    scale = (cfg.qk_nope_head_dim + cfg.qk_rope_head_dim) ** -0.5
+    rope = cfg.rope_parameters or {}
+    if rope.get("rope_type", "default") != "default" and rope.get("mscale_all_dim"):
+        m = yarn_mscale(rope["factor"], rope["mscale_all_dim"])
+        scale *= m * m
+    return scale

@@ -1,0 +1,29 @@
+"""model_type -> architecture. An architecture module provides MODEL_TYPE, parse_config(raw) and a
+model class with `empty(cfg, max_seq_len, dtypes)`, `state_specs()`, `empty_state()`, `step()`."""
+
+from day0.models import deepseek_v32
+from day0.models.config import ConfigError
+
+ARCHITECTURES = {deepseek_v32.MODEL_TYPE: (deepseek_v32, deepseek_v32.DeepseekV32)}
+
+
+def architecture(raw_config: dict):
+    """(parsed config, model class) for a config.json dict, or a ConfigError naming model_type."""
+    model_type = raw_config.get("model_type")
+    if model_type not in ARCHITECTURES:
+        raise ConfigError(f"config.json: field 'model_type': '{model_type}' is not supported "
+                          f"(supported: {', '.join(sorted(ARCHITECTURES))})")
+    module, model_cls = ARCHITECTURES[model_type]
+    return module.parse_config(raw_config), model_cls
+
+
+def build_eager(checkpoint_dir, max_seq_len: int):
+    """The eager PyTorch model with the checkpoint's weights (streamed shard by shard)."""
+    from day0.models.checkpoint import Checkpoint
+
+    ckpt = Checkpoint.open(checkpoint_dir)
+    cfg, model_cls = architecture(ckpt.config)
+    model = model_cls.empty(cfg, max_seq_len)
+    ckpt.check_expected(model.parameter_shapes())
+    ckpt.load_into(dict(model.named_parameters()))
+    return model

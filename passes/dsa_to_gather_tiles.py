@@ -1,0 +1,334 @@
+"""dsa-to-gather-tiles: expand `torch.day0.dsa_attention` into gathered tiles + online softmax.
+
+Precondition: the module is raw torch IR from torch-mlir; every
+
+    %o = torch.operator "torch.day0.dsa_attention"(%q, %kv, %idx, %scale, %vdim)
+         : (!torch.vtensor<[S,H,D],f>, !torch.vtensor<[T,D],f>, !torch.vtensor<[S,K],si64>,
+            !torch.float, !torch.int) -> !torch.vtensor<[S,H,V],f>
+
+has static H, D, T, K (S may be `?`), `%scale` from `torch.constant.float` and `%vdim` from
+`torch.constant.int`. Afterwards no dsa_attention op is left: only aten ops that torch-mlir
+lowers, so `iree-compile --iree-input-type=torch` takes the result.
+
+The K selected slots are processed in K/tile tiles of `tile` consecutive slots (unrolled: the
+count is static). Per tile j, with sel = idx[:, j·t:(j+1)·t] and valid = sel >= 0:
+    rows = kv[clamp(sel, 0)]                       # gather       [S, t, D]
+    s    = where(valid, scale · q·rowsᵀ, NEG)      # scores       [S, H, t]
+    m'   = max(m, rowmax(s))                        # running max  [S, H, 1]
+    p    = where(valid, exp(s - m'), 0)             # empty slots contribute exactly 0
+    l'   = l·exp(m - m') + Σp                       # running sum  [S, H, 1]
+    acc' = acc·exp(m - m') + p·rows[..., :V]        # accumulator  [S, H, V]
+and out = acc / max(l, tiny) (a query with only empty slots has acc = l = 0 -> out = 0).
+NEG is a large finite negative: with -inf an all-empty tile would give exp(-inf - -inf) = NaN.
+The first tile initialises (m, l, acc) directly, so no [S, H, 1] fill is needed.
+
+Decode form (S == 1): q is viewed as [H, D] and every product is an `mm` (matvec-shaped).
+Prefill form (S dynamic or > 1): batched over queries with `bmm`; the only queries × keys tensor
+is one tile's scores [S, H, tile]. Neither form materialises a seq × seq (or T × T) tensor.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from day0.frontend.ir import (
+    Attribute,
+    FloatAttr,
+    InsertionPoint,
+    IntegerAttr,
+    IntegerType,
+    Operation,
+    StringAttr,
+    Type,
+    Value,
+    ir,
+)
+from day0.passes.base import DiagnosticEngine, ModulePass
+
+OP_NAME = "torch.day0.dsa_attention"
+_FLOAT_DTYPES = {"f32": -1.0e30, "bf16": -1.0e30, "f16": -3.0e4}  # dtype -> NEG (finite)
+_INDEX_DTYPES = ("si64", "si32")
+_TINY = 1.0e-30  # l is 0 (all slots empty) or >= 1 (the max slot adds exp(0))
+
+_VTENSOR = re.compile(r"^!torch\.vtensor<\[([^\]]*)\],(\w+)>$")
+
+
+# ---------------------------------------------------------------------------------------------
+# torch types and op building
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """A `!torch.vtensor` type: dims (None = dynamic) and dtype spelling (f32, si64, i1...)."""
+
+    dims: tuple[int | None, ...]
+    dtype: str
+
+    @staticmethod
+    def of(value: Value) -> TensorType | None:
+        m = _VTENSOR.match(str(value.type))
+        if not m:
+            return None
+        dims = tuple(None if d == "?" else int(d) for d in m.group(1).split(",") if d)
+        return TensorType(dims, m.group(2))
+
+    def mlir(self) -> Type:
+        dims = ",".join("?" if d is None else str(d) for d in self.dims)
+        return Type.parse(f"!torch.vtensor<[{dims}],{self.dtype}>")
+
+
+class TorchBuilder:
+    """Builds torch dialect ops before one op, at that op's location (constants are shared)."""
+
+    def __init__(self, before: Operation):
+        self.ip = InsertionPoint(before)
+        self.loc = before.location
+        self._consts: dict[tuple[str, object], Value] = {}
+
+    def op(self, name: str, operands: list[Value], result: TensorType | str, attrs=None) -> Value:
+        rtype = result.mlir() if isinstance(result, TensorType) else Type.parse(result)
+        op = Operation.create(
+            name, results=[rtype], operands=operands, attributes=attrs or {}, loc=self.loc, ip=self.ip
+        )
+        return op.result
+
+    def _const(self, kind: str, value: object, make) -> Value:
+        key = (kind, value)
+        if key not in self._consts:
+            self._consts[key] = make()
+        return self._consts[key]
+
+    def int(self, v: int) -> Value:
+        attr = {"value": IntegerAttr.get(IntegerType.get_signless(64), v)}
+        return self._const("int", v, lambda: self.op("torch.constant.int", [], "!torch.int", attr))
+
+    def float(self, v: float) -> Value:
+        attr = {"value": FloatAttr.get_f64(v)}
+        return self._const("float", v, lambda: self.op("torch.constant.float", [], "!torch.float", attr))
+
+    def bool(self, v: bool) -> Value:
+        attr = {"value": Attribute.parse("true" if v else "false")}
+        return self._const("bool", v, lambda: self.op("torch.constant.bool", [], "!torch.bool", attr))
+
+    def none(self) -> Value:
+        return self._const("none", None, lambda: self.op("torch.constant.none", [], "!torch.none"))
+
+    def ints(self, vs: list[int]) -> Value:
+        items = [self.int(v) for v in vs]
+        return self.op("torch.prim.ListConstruct", items, "!torch.list<int>")
+
+
+# ---------------------------------------------------------------------------------------------
+# the rewrite
+
+
+@dataclass(frozen=True)
+class _Site:
+    """One checked dsa_attention op: operands and the static sizes the rewrite needs."""
+
+    op: Operation
+    q: Value
+    kv: Value
+    idx: Value
+    S: int | None
+    H: int
+    D: int
+    K: int
+    V: int
+    scale: float
+    dtype: str
+    idx_dtype: str
+
+
+def _constant_operand(value: Value, op_name: str) -> object | None:
+    owner = value.owner
+    if not isinstance(owner, Operation) and hasattr(owner, "operation"):
+        owner = owner.operation
+    if getattr(owner, "name", None) != op_name:
+        return None
+    return owner.attributes["value"].value
+
+
+def _check(op: Operation, diag: DiagnosticEngine) -> _Site | None:
+    """Return the site if `op` is well formed, else emit one error at the op and return None."""
+
+    def fail(message: str) -> None:
+        diag.error(op, f"dsa_attention: {message}")
+
+    if len(op.operands) != 5 or len(op.results) != 1:
+        return fail("expected 5 operands (q, kv, indices, scale, value_dim) and 1 result")
+    q_v, kv_v, idx_v, scale_v, vdim_v = op.operands
+    q, kv, idx, out = (TensorType.of(v) for v in (q_v, kv_v, idx_v, op.result))
+    for what, t, rank in (("q", q, 3), ("kv", kv, 2), ("indices", idx, 2), ("result", out, 3)):
+        if t is None:
+            return fail(f"{what} must be a !torch.vtensor, got {_type_of(what, op)}")
+        if len(t.dims) != rank:
+            return fail(f"{what} must have rank {rank}, got rank {len(t.dims)}")
+    if idx.dtype not in _INDEX_DTYPES:
+        return fail(f"indices must be integers (si64 or si32), got {idx.dtype}")
+    if q.dtype not in _FLOAT_DTYPES or kv.dtype != q.dtype or out.dtype != q.dtype:
+        return fail(f"q, kv and result must share one float dtype, got {q.dtype}, {kv.dtype}, {out.dtype}")
+    (S, H, D), (T, Dk), (Si, K) = q.dims, kv.dims, idx.dims
+    if None in (H, D, T, Dk, K):
+        return fail("H, D, T and K must be static (only the query count S may be dynamic)")
+    if Dk != D:
+        return fail(f"kv row size {Dk} differs from the query size {D}")
+    if Si != S:
+        return fail(f"indices have {_dim(Si)} rows but there are {_dim(S)} queries")
+    scale = _constant_operand(scale_v, "torch.constant.float")
+    if scale is None:
+        return fail("scale must come from torch.constant.float")
+    V = _constant_operand(vdim_v, "torch.constant.int")
+    if V is None:
+        return fail("value_dim must come from torch.constant.int")
+    if not 0 < V <= D:
+        return fail(f"value_dim {V} must be in [1, {D}] (values are kv[:, :value_dim])")
+    if out.dims[1:] != (H, V) or out.dims[0] != S:
+        return fail(f"result must be [{_dim(S)},{H},{V}], got {_dims(out.dims)}")
+    return _Site(op, q_v, kv_v, idx_v, S, H, D, K, V, scale, q.dtype, idx.dtype)
+
+
+def _dim(d: int | None) -> str:
+    return "?" if d is None else str(d)
+
+
+def _dims(dims) -> str:
+    return "[" + ",".join(_dim(d) for d in dims) + "]"
+
+
+def _type_of(what: str, op: Operation) -> str:
+    i = ("q", "kv", "indices").index(what) if what != "result" else None
+    return str(op.result.type if i is None else op.operands[i].type)
+
+
+def _rewrite(site: _Site, tile: int) -> Value:
+    """Emit the tiled online softmax before `site.op`; return the [S, H, V] result value."""
+    b = TorchBuilder(site.op)
+    S, H, D, K, V, f = site.S, site.H, site.D, site.K, site.V, site.dtype
+    decode = S == 1
+    neg = _FLOAT_DTYPES[f]
+    T = lambda *dims, dtype=f: TensorType(tuple(dims), dtype)  # noqa: E731
+    # Leading dims of per-query tensors: () in decode form, (S,) in prefill form.
+    lead = () if decode else (S,)
+    mm = "torch.aten.mm" if decode else "torch.aten.bmm"
+    one, zero, last = b.int(1), b.int(0), b.int(-1)
+
+    q = b.op("torch.aten.view", [site.q, b.ints([H, D])], T(H, D)) if decode else site.q
+    idx = b.op("torch.aten.view", [site.idx, b.ints([K])], T(K, dtype=site.idx_dtype)) if decode else site.idx
+    slot_dim = b.int(0 if decode else 1)
+    m = l = acc = None
+    for j in range(K // tile):
+        # sel = idx[..., j·t:(j+1)·t]
+        sel = idx
+        if tile != K:
+            sel = b.op("torch.aten.slice.Tensor",
+                       [idx, slot_dim, b.int(j * tile), b.int((j + 1) * tile), one],
+                       T(*lead, tile, dtype=site.idx_dtype))
+        valid = b.op("torch.aten.ge.Scalar", [sel, zero], T(*lead, tile, dtype="i1"))
+        if not decode:  # [S, t] -> [S, 1, t], broadcast over heads
+            valid = b.op("torch.aten.unsqueeze", [valid, one], T(S, 1, tile, dtype="i1"))
+        # rows = kv[clamp(sel, 0)]: one index_select of the tile's flattened slots
+        safe = b.op("torch.aten.clamp", [sel, zero, b.none()], T(*lead, tile, dtype=site.idx_dtype))
+        flat_n = tile if decode else (None if S is None else S * tile)
+        if not decode:
+            safe = b.op("torch.aten.view", [safe, b.ints([-1])], T(flat_n, dtype=site.idx_dtype))
+        rows = b.op("torch.aten.index_select", [site.kv, zero, safe], T(flat_n, D))
+        if not decode:
+            rows = b.op("torch.aten.view", [rows, b.ints([-1, tile, D])], T(S, tile, D))
+        # s = where(valid, scale · q·rowsᵀ, NEG)
+        rows_t = b.op("torch.aten.transpose.int", [rows, b.int(-2), last], T(*lead, D, tile))
+        s = b.op(mm, [q, rows_t], T(*lead, H, tile))
+        s = b.op("torch.aten.mul.Scalar", [s, b.float(site.scale)], T(*lead, H, tile))
+        s = b.op("torch.aten.where.ScalarOther", [valid, s, b.float(neg)], T(*lead, H, tile))
+        # m' = max(m, rowmax(s))
+        m_new = b.op("torch.aten.amax", [s, b.ints([-1]), b.bool(True)], T(*lead, H, 1))
+        if m is not None:
+            m_new = b.op("torch.aten.maximum", [m, m_new], T(*lead, H, 1))
+        # p = where(valid, exp(s - m'), 0)
+        p = b.op("torch.aten.sub.Tensor", [s, m_new, one], T(*lead, H, tile))
+        p = b.op("torch.aten.exp", [p], T(*lead, H, tile))
+        p = b.op("torch.aten.where.ScalarOther", [valid, p, b.float(0.0)], T(*lead, H, tile))
+        # Σp and p·v, v = rows[..., :V]
+        p_sum = b.op("torch.aten.sum.dim_IntList", [p, b.ints([-1]), b.bool(True), b.none()],
+                     T(*lead, H, 1))
+        v = rows
+        if V != D:
+            v = b.op("torch.aten.slice.Tensor", [rows, last, zero, b.int(V), one], T(*lead, tile, V))
+        pv = b.op(mm, [p, v], T(*lead, H, V))
+        if m is None:
+            l, acc = p_sum, pv
+        else:
+            # alpha = exp(m - m'); l' = l·alpha + Σp; acc' = acc·alpha + p·v
+            alpha = b.op("torch.aten.sub.Tensor", [m, m_new, one], T(*lead, H, 1))
+            alpha = b.op("torch.aten.exp", [alpha], T(*lead, H, 1))
+            l = b.op("torch.aten.mul.Tensor", [l, alpha], T(*lead, H, 1))
+            l = b.op("torch.aten.add.Tensor", [l, p_sum, one], T(*lead, H, 1))
+            acc = b.op("torch.aten.mul.Tensor", [acc, alpha], T(*lead, H, V))
+            acc = b.op("torch.aten.add.Tensor", [acc, pv, one], T(*lead, H, V))
+        m = m_new
+    # out = acc / max(l, tiny)
+    l = b.op("torch.aten.clamp", [l, b.float(_TINY), b.none()], T(*lead, H, 1))
+    out = b.op("torch.aten.div.Tensor", [acc, l], T(*lead, H, V))
+    if decode:
+        out = b.op("torch.aten.view", [out, b.ints([1, H, V])], T(1, H, V))
+    return out
+
+
+def _erase_if_unused(value: Value) -> None:
+    owner = value.owner
+    owner = getattr(owner, "operation", owner)
+    if isinstance(owner, Operation) and owner.name.startswith("torch.constant.") and not list(value.uses):
+        owner.erase()
+
+
+@dataclass(frozen=True)
+class DsaToGatherTiles(ModulePass):
+    """Options:
+    tile        slots per tile (default 64); must divide K. A tile >= K means one tile of K.
+    decode-tile slots per tile in the decode form (S == 1); 0 (default) means `tile`.
+    """
+
+    name = "dsa-to-gather-tiles"
+    tile: int = 64
+    decode_tile: int = 0
+
+    def __post_init__(self):
+        if self.tile < 1:
+            raise ValueError(f"tile must be >= 1, got {self.tile}")
+        if self.decode_tile < 0:
+            raise ValueError(f"decode-tile must be >= 0, got {self.decode_tile}")
+
+    def tile_for(self, site: _Site) -> int:
+        tile = self.decode_tile if site.S == 1 and self.decode_tile else self.tile
+        return min(tile, site.K)
+
+    def apply(self, module_op: Operation, diag: DiagnosticEngine) -> None:
+        ops: list[Operation] = []
+
+        def collect(op):
+            op = op.operation
+            if op.name == "torch.operator" and _operator_name(op) == OP_NAME:
+                ops.append(op)
+            return ir.WalkResult.ADVANCE
+
+        module_op.walk(collect)
+        for op in ops:
+            site = _check(op, diag)
+            if site is None:
+                continue
+            tile = self.tile_for(site)
+            if site.K % tile:
+                option = "decode-tile" if site.S == 1 and self.decode_tile else "tile"
+                diag.error(op, f"dsa_attention: {option}={tile} does not divide the {site.K} selected slots")
+                continue
+            out = _rewrite(site, tile)
+            scale_v, vdim_v = op.operands[3], op.operands[4]
+            op.result.replace_all_uses_with(out)
+            op.erase()
+            _erase_if_unused(scale_v)
+            _erase_if_unused(vdim_v)
+
+
+def _operator_name(op: Operation) -> str | None:
+    return StringAttr(op.attributes["name"]).value if "name" in op.attributes else None

@@ -1,0 +1,31 @@
+"""Pass name -> pass class, imported lazily so that listing passes costs no imports."""
+
+from __future__ import annotations
+
+import importlib
+
+from day0.passes.base import ModulePass, PipelineError
+
+# name -> (module, class); one pass per file, file named after the pass.
+_PASSES: dict[str, tuple[str, str]] = {
+    "parameters-to-globals": ("day0.passes.parameters_to_globals", "ParametersToGlobals"),
+    "dsa-to-gather-tiles": ("day0.passes.dsa_to_gather_tiles", "DsaToGatherTiles"),
+}
+
+
+def register_pass(name: str, module: str, cls: str) -> None:
+    """Make `name` resolve to `module.cls` (another file may add passes this way)."""
+    _PASSES[name] = (module, cls)
+
+
+def pass_names() -> list[str]:
+    return sorted(_PASSES)
+
+
+def get_pass_class(name: str) -> type[ModulePass]:
+    if name not in _PASSES:
+        raise PipelineError(f"unknown pass '{name}' (known: {', '.join(pass_names())})")
+    module, cls = _PASSES[name]
+    pass_cls = getattr(importlib.import_module(module), cls)
+    assert pass_cls.name == name, f"{module}.{cls}.name is '{pass_cls.name}', registered as '{name}'"
+    return pass_cls

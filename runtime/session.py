@@ -1,0 +1,116 @@
+"""`Session`: a loaded artifact, its device-resident state, and generation.
+
+    s = Session.load(artifact_dir, device="local-task")
+    s.prefill(ids)   -> np.float32 [len(ids), vocab]   (appends to the sequence)
+    s.decode(token)  -> np.float32 [vocab]             (appends one token)
+    s.generate(ids, max_new_tokens=32, temperature=0.0, top_k=0, top_p=1.0, seed=None) -> list[int]
+    s.reset()        -> empty state, same weights
+
+The state (per layer MLA latent cache and indexer key cache) stays on the device: each call passes
+the previous call's returned buffers back in, and IREE updates them in place. One decode step is
+one device invocation.
+"""
+
+from pathlib import Path
+
+import numpy as np
+
+from day0.runtime.artifact import VMFB, read_manifest
+from day0.runtime.sampling import make_rng, sample, validate_sampling
+
+
+class SessionError(ValueError):
+    pass
+
+
+class Session:
+    def __init__(self, artifact_dir: Path, manifest: dict, vm):
+        self.artifact_dir, self.manifest, self._vm = Path(artifact_dir), manifest, vm
+        self.max_seq_len: int = manifest["max_seq_len"]
+        self.vocab_size: int = manifest["vocab_size"]
+        eos = manifest.get("eos_token_id")
+        self.eos_token_ids = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
+        self._prefill, self._decode = vm.function("prefill"), vm.function("decode")
+        self.reset()
+
+    @classmethod
+    def load(cls, artifact_dir, device: str = "local-task", verify: bool = True) -> "Session":
+        """Load and verify an artifact (hashes of the vmfb and the shards it reads, unless
+        verify=False), then bind its parameters from the original shards."""
+        from day0.runtime.vm import VmModule
+
+        manifest = read_manifest(Path(artifact_dir), verify=verify)
+        params = manifest["parameters"]
+        files = [Path(params["base_dir"]) / f["path"] for f in params["files"]]
+        vm = VmModule.load(Path(artifact_dir) / VMFB, files, device=device, scope=params["scope"])
+        return cls(artifact_dir, manifest, vm)
+
+    # -- state ----------------------------------------------------------------------------------
+    @property
+    def position(self) -> int:
+        """Number of tokens in the sequence so far."""
+        return self._pos
+
+    def reset(self) -> None:
+        self._pos = 0
+        self._state = [self._vm.to_device(np.zeros(s["shape"], dtype=s["dtype"]))
+                       for s in self.manifest["state"]]
+
+    def state_bytes(self) -> dict[str, int]:
+        """Bytes of device state per kind (e.g. mla_latent, indexer_keys)."""
+        out: dict[str, int] = {}
+        for s in self.manifest["state"]:
+            out[s["kind"]] = out.get(s["kind"], 0) + int(np.prod(s["shape"])) * np.dtype(s["dtype"]).itemsize
+        return out
+
+    # -- calls ----------------------------------------------------------------------------------
+    def _check_ids(self, ids) -> np.ndarray:
+        arr = np.asarray(ids)
+        if arr.ndim != 1 or arr.size == 0 or not np.issubdtype(arr.dtype, np.integer):
+            raise SessionError(f"token ids must be a non-empty 1-D list of integers (got shape {arr.shape}, "
+                               f"dtype {arr.dtype})")
+        bad = arr[(arr < 0) | (arr >= self.vocab_size)]
+        if bad.size:
+            raise SessionError(f"token id {int(bad[0])} is outside the vocabulary [0, {self.vocab_size})")
+        if self._pos + arr.size > self.max_seq_len:
+            raise SessionError(f"sequence would reach {self._pos + arr.size} tokens, more than the artifact's "
+                               f"max_seq_len {self.max_seq_len} (compile with a larger --max-seq-len)")
+        return arr.astype(np.int64)
+
+    def _run(self, fn, ids: np.ndarray):
+        out = fn(ids, np.array([self._pos], dtype=np.int64), *self._state)
+        logits, self._state = out[0], list(out[1:])
+        self._pos += ids.size
+        return logits
+
+    def prefill(self, ids) -> np.ndarray:
+        ids = self._check_ids(ids)
+        if ids.size == 1:  # prefill is exported for S >= 2; one token is a decode step
+            return self._run(self._decode, ids).to_host().reshape(1, -1)
+        return self._run(self._prefill, ids).to_host()
+
+    def decode(self, token: int) -> np.ndarray:
+        ids = self._check_ids([token])
+        return self._run(self._decode, ids).to_host().reshape(-1)
+
+    def generate(self, ids, max_new_tokens: int = 32, temperature: float = 0.0, top_k: int = 0,
+                 top_p: float = 1.0, seed: int | None = None, stop_at_eos: bool = True) -> list[int]:
+        """Prefill ids, then sample up to max_new_tokens; returns the new tokens."""
+        validate_sampling(temperature, top_k, top_p)
+        if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+            raise SessionError(f"max_new_tokens must be a non-negative int (got {max_new_tokens!r})")
+        ids = self._check_ids(ids)
+        if self._pos + ids.size + max_new_tokens > self.max_seq_len:
+            raise SessionError(f"prompt ({ids.size} tokens, {self._pos} already in the sequence) + "
+                               f"max_new_tokens {max_new_tokens} exceeds max_seq_len {self.max_seq_len}")
+        rng = make_rng(seed)
+        logits = self.prefill(ids)[-1]
+        out: list[int] = []
+        for i in range(max_new_tokens):
+            token = sample(logits, temperature, top_k, top_p, rng)
+            out.append(token)
+            if stop_at_eos and token in self.eos_token_ids:
+                break
+            if i + 1 < max_new_tokens:
+                logits = self.decode(token)
+        return out

@@ -1,0 +1,121 @@
+"""A thin layer over `iree.runtime`: one compiled module, its parameters, one device.
+
+    vm = VmModule.load("model.vmfb", [shard1, shard2], device="local-task")
+    step = vm.function("decode")
+    cache = vm.to_device(np.zeros((T, D), np.float32))
+    cache, logits = step(cache, pos, token)        # DeviceArrays; logits.to_host() reads back
+
+Parameters: the vmfb names its weights `#flow.parameter.named<"model"::"<key>">`; every key
+is looked up in one `ParameterIndex` built from the checkpoint's own safetensors shards
+(`.irpa` and `.gguf` also load; the format comes from the file extension). The files are
+memory-mapped, never copied into the vmfb. The context's initializer loads every parameter
+(and computes anything IREE hoisted, e.g. stacked experts) once, inside `load`.
+
+Tied outputs (which results alias an argument, measured on IREE 3.13 local-task):
+  * A function that returns a state argument updated by a scatter (`index_copy`, `index_put`,
+    slice assignment), and does not read the old value after the update, returns *the same
+    device buffer* it was given: IREE updates it in place (`util.return %argN` in the stream
+    IR). No copy is made.
+  * So a DeviceArray passed as such an argument is consumed: after the call it holds the new
+    state, as does the returned array (same buffer). Keep using the returned one; pass a copy
+    (`vm.to_device(arr.to_host())`) if the old value must survive.
+  * A numpy argument is first copied to a fresh device buffer, so numpy arrays are never
+    modified.
+  * Any other result is a fresh buffer.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from iree import runtime as rt
+
+DEVICES = ("local-task", "local-sync", "cuda")
+
+
+def get_device(name: str) -> rt.HalDevice:
+    """The HAL device called `name` (one of DEVICES); clear errors when unknown or absent."""
+    if name not in DEVICES:
+        raise ValueError(f"unknown device {name!r}; known devices: {', '.join(DEVICES)}")
+    driver = name  # the device names are IREE driver names
+    if driver not in rt.query_available_drivers():
+        raise RuntimeError(f"device {name!r}: this iree-base-runtime has no {driver!r} driver")
+    try:
+        return rt.get_device(name)
+    except (RuntimeError, ValueError) as e:
+        raise RuntimeError(f"device {name!r} is not available on this machine: {e}") from None
+
+
+class VmModule:
+    """A loaded vmfb bound to its parameters and a device. Build with `VmModule.load`."""
+
+    def __init__(self, device: rt.HalDevice, instance: rt.VmInstance, context: rt.VmContext,
+                 module: rt.VmModule, parameter_files: tuple[Path, ...], keepalive: tuple = ()):
+        self.device = device
+        self.parameter_files = parameter_files
+        # The instance, context and index must outlive every function handed out.
+        self._instance, self._context, self._module = instance, context, module
+        self._keepalive = keepalive  # parameter index + provider
+        self._functions: dict[str, Callable[..., Any]] = {}
+
+    @classmethod
+    def load(cls, vmfb_path: Path, parameter_files: Sequence[Path] = (),
+             device: str = "local-task", scope: str = "model") -> "VmModule":
+        """Load `vmfb_path` with the parameters of `parameter_files` under `scope`.
+
+        Runs the module's initializer: a parameter missing from every file fails here, naming
+        the key and the files searched.
+        """
+        vmfb_path = Path(vmfb_path)
+        if not vmfb_path.is_file():
+            raise FileNotFoundError(f"no compiled module at {vmfb_path}")
+        hal_device = get_device(device)
+        instance = rt.VmInstance()
+        modules = [rt.create_hal_module(instance, hal_device)]
+        files = tuple(Path(f) for f in parameter_files)
+        keepalive: tuple = ()
+        if files:
+            index = rt.ParameterIndex()
+            for f in files:
+                if not f.is_file():
+                    raise FileNotFoundError(f"parameter file not found: {f}")
+                index.load(str(f))  # format from the extension: .safetensors / .irpa / .gguf
+            provider = index.create_provider(scope=scope)
+            modules.append(rt.create_io_parameters_module(instance, provider))
+            keepalive = (index, provider)
+        module = rt.VmModule.mmap(instance, str(vmfb_path))
+        try:
+            context = rt.VmContext(instance, modules=[*modules, module])
+        except (RuntimeError, ValueError) as e:
+            names = ", ".join(str(f) for f in files) or "none"
+            raise RuntimeError(f"initializing {vmfb_path} on {device} failed "
+                               f"(parameter scope {scope!r}, files: {names}): {e}") from None
+        return cls(hal_device, instance, context, module, files, keepalive)
+
+    @property
+    def function_names(self) -> list[str]:
+        """The callable entry points (IREE's `$async` variants and `__init` left out)."""
+        return [n for n in self._module.function_names
+                if not n.endswith("$async") and not n.startswith("__")]
+
+    def function(self, name: str) -> Callable[..., Any]:
+        """The entry point `name`: call it with numpy arrays or DeviceArrays.
+
+        Returns one `iree.runtime.DeviceArray` for one result, a tuple for several; nothing
+        is read back to the host until `.to_host()`.
+        """
+        fn = self._functions.get(name)
+        if fn is None:
+            vm_function = self._module.lookup_function(name)
+            if vm_function is None or name not in self.function_names:
+                raise KeyError(f"no function {name!r} in the module; it exports: "
+                               f"{', '.join(self.function_names)}")
+            fn = rt.FunctionInvoker(self._context, self.device, vm_function)
+            self._functions[name] = fn
+        return fn
+
+    def to_device(self, array: np.ndarray) -> rt.DeviceArray:
+        """A device copy of `array` (C-contiguous; dtype kept)."""
+        return rt.asdevicearray(self.device, np.ascontiguousarray(array))

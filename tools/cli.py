@@ -1,0 +1,149 @@
+"""The `day0` command line: compile, generate, inspect, demo.
+
+Errors the user can fix (bad checkpoint, config, artifact, arguments) print one line naming the
+problem and exit with status 2; only bugs produce tracebacks.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from day0.lowering.build import BuildError
+    from day0.lowering.compile import CompileError
+    from day0.models.checkpoint import CheckpointError
+    from day0.models.config import ConfigError
+    from day0.passes.base import PassError
+    from day0.runtime.artifact import ArtifactError
+    from day0.runtime.session import SessionError
+    from day0.runtime.tokenizer import TokenizerError
+
+    return (BuildError, CompileError, CheckpointError, ConfigError, PassError, ArtifactError,
+            SessionError, TokenizerError, ValueError)
+
+
+def cmd_compile(a) -> int:
+    from day0.lowering.build import BuildOptions, compile_checkpoint
+
+    opts = BuildOptions(target=a.target, max_seq_len=a.max_seq_len, dump_stages=a.dump_stages,
+                        extra_flags=tuple(a.iree_flags))
+    manifest = compile_checkpoint(Path(a.checkpoint), Path(a.output), opts)
+    print(f"wrote {a.output} ({manifest['architecture']}, target {manifest['target']}, "
+          f"max_seq_len {manifest['max_seq_len']})")
+    return 0
+
+
+def _parse_ids(text: str) -> list[int]:
+    try:
+        return [int(t) for t in text.replace(" ", "").split(",") if t]
+    except ValueError:
+        raise ValueError(f"--prompt-ids must be comma-separated integers (got {text!r})") from None
+
+
+def cmd_generate(a) -> int:
+    from day0.runtime.session import Session
+    from day0.runtime.tokenizer import TokenizerError, load_tokenizer
+
+    session = Session.load(Path(a.artifact), device=a.device)
+    tokenizer = load_tokenizer(Path(a.artifact))
+    if a.prompt is not None:
+        if tokenizer is None:
+            raise TokenizerError(f"{a.artifact} has no tokenizer.json (its checkpoint had none): "
+                                 f"use --prompt-ids")
+        ids = tokenizer.encode(a.prompt)
+    else:
+        ids = _parse_ids(a.prompt_ids)
+    new = session.generate(ids, max_new_tokens=a.max_new_tokens, temperature=a.temperature,
+                           top_k=a.top_k, top_p=a.top_p, seed=a.seed)
+    if tokenizer is not None and a.prompt is not None:
+        print(a.prompt + tokenizer.decode(new))
+    else:
+        print(",".join(str(t) for t in new))
+    return 0
+
+
+def cmd_inspect(a) -> int:
+    from day0.runtime.artifact import read_manifest
+
+    m = read_manifest(Path(a.artifact), verify=not a.no_verify)
+    summary = {k: m[k] for k in ("architecture", "target", "max_seq_len", "vocab_size", "entry_points",
+                                 "compile_flags", "tools")}
+    summary["state"] = {s["name"]: s["shape"] for s in m["state"]}
+    summary["parameters"] = {"base_dir": m["parameters"]["base_dir"], "count": m["parameters"]["count"],
+                             "files": [f["path"] for f in m["parameters"]["files"]],
+                             "bytes": sum(f["size"] for f in m["parameters"]["files"])}
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def cmd_demo(a) -> int:
+    """Create the built-in demo checkpoint (seeded), compile it, generate from a text prompt."""
+    from day0.lowering.build import BuildOptions, compile_checkpoint
+    from day0.models.demo_checkpoint import ensure_demo_checkpoint
+    from day0.runtime.session import Session
+    from day0.runtime.tokenizer import load_tokenizer
+
+    work = Path(a.workdir)
+    ckpt = ensure_demo_checkpoint(work / "checkpoint")
+    artifact = work / "artifact"
+    print(f"checkpoint: {ckpt}")
+    compile_checkpoint(ckpt, artifact, BuildOptions(max_seq_len=256))
+    session = Session.load(artifact)
+    tok = load_tokenizer(artifact)
+    prompt = "Day-0 adaptation: "
+    new = session.generate(tok.encode(prompt), max_new_tokens=24, temperature=0.0, stop_at_eos=False)
+    print(f"artifact: {artifact}\nprompt ids: {tok.encode(prompt)}\ngenerated ids: {new}")
+    print(f"text: {prompt + tok.decode(new)!r}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="day0", description="Day-0 adaptation: checkpoint in, compiled artifact out.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("compile", help="compile a checkpoint directory into an artifact directory")
+    c.add_argument("checkpoint")
+    c.add_argument("-o", "--output", required=True)
+    c.add_argument("--target", default="llvm-cpu", choices=["llvm-cpu", "cuda-sm90"])
+    c.add_argument("--max-seq-len", type=int, default=4096)
+    c.add_argument("--dump-stages", action="store_true", help="write the IR after each stage to OUTPUT/stages/")
+    c.add_argument("iree_flags", nargs="*", help="extra iree-compile flags, after --")
+    c.set_defaults(run=cmd_compile)
+
+    g = sub.add_parser("generate", help="generate tokens with a compiled artifact")
+    g.add_argument("artifact")
+    src = g.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt")
+    src.add_argument("--prompt-ids")
+    g.add_argument("--max-new-tokens", type=int, default=32)
+    g.add_argument("--temperature", type=float, default=0.0)
+    g.add_argument("--top-k", type=int, default=0)
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--seed", type=int, default=None)
+    g.add_argument("--device", default="local-task")
+    g.set_defaults(run=cmd_generate)
+
+    i = sub.add_parser("inspect", help="print an artifact's manifest summary")
+    i.add_argument("artifact")
+    i.add_argument("--no-verify", action="store_true", help="skip the hash checks")
+    i.set_defaults(run=cmd_inspect)
+
+    d = sub.add_parser("demo", help="build the seeded demo model, compile it, generate")
+    d.add_argument("--workdir", default=".cache/demo")
+    d.set_defaults(run=cmd_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except _user_errors() as e:
+        print(f"day0: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
