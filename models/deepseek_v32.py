@@ -22,6 +22,7 @@ from day0.models.mla import SparseMLA
 from day0.models.moe import MoE
 
 MODEL_TYPE = "deepseek_v32"
+STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
 
 def parse_config(raw: dict):
@@ -34,8 +35,9 @@ def parse_config(raw: dict):
     except Exception as e:  # strict dataclass validation: name the field it complains about
         raise ConfigError(f"config.json: invalid deepseek_v32 config: {e}") from None
     rope = cfg.rope_parameters or {}
-    require(rope.get("rope_type", "default") in ("default", "yarn"), "rope_parameters.rope_type",
-            f"'{rope.get('rope_type')}' is not supported (supported: default, yarn)")
+    require(rope.get("rope_type", "default") in STATIC_ROPE_TYPES, "rope_parameters.rope_type",
+            f"'{rope.get('rope_type')}' is not supported (supported: {', '.join(STATIC_ROPE_TYPES)}; "
+            f"day0 precomputes the rope table, so frequencies may not depend on the sequence length)")
     require(cfg.hidden_act == "silu", "hidden_act", f"'{cfg.hidden_act}' is not supported (only silu)")
     require(cfg.num_key_value_heads == cfg.num_attention_heads, "num_key_value_heads",
             "MLA needs num_key_value_heads == num_attention_heads")

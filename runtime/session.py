@@ -86,12 +86,12 @@ class Session:
     def prefill(self, ids) -> np.ndarray:
         ids = self._check_ids(ids)
         if ids.size == 1:  # prefill is exported for S >= 2; one token is a decode step
-            return self._run(self._decode, ids).to_host().reshape(1, -1)
-        return self._run(self._prefill, ids).to_host()
+            return _host_copy(self._run(self._decode, ids)).reshape(1, -1)
+        return _host_copy(self._run(self._prefill, ids))
 
     def decode(self, token: int) -> np.ndarray:
         ids = self._check_ids([token])
-        return self._run(self._decode, ids).to_host().reshape(-1)
+        return _host_copy(self._run(self._decode, ids)).reshape(-1)
 
     def generate(self, ids, max_new_tokens: int = 32, temperature: float = 0.0, top_k: int = 0,
                  top_p: float = 1.0, seed: int | None = None, stop_at_eos: bool = True) -> list[int]:
@@ -114,3 +114,9 @@ class Session:
             if i + 1 < max_new_tokens:
                 logits = self.decode(token)
         return out
+
+
+def _host_copy(array) -> np.ndarray:
+    """An owned host copy: on host-visible devices `to_host()` maps the device buffer, which IREE
+    reuses for later results, so a returned view would change under the caller."""
+    return np.array(array.to_host(), copy=True)

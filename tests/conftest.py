@@ -12,7 +12,7 @@ import torch
 PARITY = {
     # index_topk 8 < prompt 20: every query past position 8 attends sparsely; K = one tile.
     "sparse": dict(config=dict(index_topk=8, num_hidden_layers=2), seed=1, shard=None, tile=64,
-                   max_seq_len=64, prompt=20),
+                   max_seq_len=64, prompt=20, tokenizer=False),
     # K = 24 in tiles of 8: three tiles per query, prompt 40 > K.
     "tiles": dict(config=dict(index_topk=24, num_hidden_layers=2, hidden_size=48), seed=4, shard=None,
                   tile=8, max_seq_len=96, prompt=40),
@@ -36,7 +36,7 @@ def _checkpoint(workdir: Path, name: str) -> Path:
     path = workdir / f"ckpt-{name}"
     if not path.exists():
         write_tiny_checkpoint(path, tiny_deepseek_v32_config(**spec["config"]), spec["seed"],
-                              max_shard_size=spec["shard"])
+                              max_shard_size=spec["shard"], tokenizer=spec.get("tokenizer", True))
     return path
 
 

@@ -1,0 +1,97 @@
+"""The `day0` command line end to end on the built-in demo model: compile with --dump-stages,
+generate from text and from ids, inspect; and the demo checkpoint's text path."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DAY0 = str(Path(sys.executable).parent / "day0")
+
+
+def run(*args, check=True):
+    r = subprocess.run([DAY0, *map(str, args)], capture_output=True, text=True)
+    if check:
+        assert r.returncode == 0, r.stderr
+    return r
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    from day0.models.demo_checkpoint import ensure_demo_checkpoint
+
+    work = tmp_path_factory.mktemp("demo")
+    ckpt = ensure_demo_checkpoint(work / "checkpoint")
+    r = run("compile", ckpt, "-o", work / "artifact", "--max-seq-len", "128", "--dump-stages")
+    return ckpt, work / "artifact", r
+
+
+def test_compile_shows_stages_and_dumps_ir(demo):
+    _, artifact, r = demo
+    for i, stage in enumerate(["read", "export", "passes", "compile", "publish"], start=1):
+        assert f"[{i}/5] {stage} done in" in r.stderr
+    stages = artifact / "stages"
+    names = sorted(p.name for p in stages.glob("*.mlir"))
+    assert names == ["00-export.mlir", "01-parameters-to-globals.mlir", "02-topk-to-linalg-ext.mlir",
+                     "03-dsa-to-gather-tiles.mlir"]
+    assert "torch.day0.dsa_attention" in (stages / "00-export.mlir").read_text()
+    assert "torch.day0.dsa_attention" not in (stages / "03-dsa-to-gather-tiles.mlir").read_text()
+    assert len(list((stages / "iree" / "phases").glob("*.mlir"))) >= 10
+
+
+def test_artifact_holds_no_weights(demo):
+    ckpt, artifact, _ = demo
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    from day0.models.checkpoint import Checkpoint
+
+    vmfb = (artifact / "model.vmfb").read_bytes()
+    ckpt_index = Checkpoint.open(ckpt)
+    for name in ("model.embed_tokens.weight", "model.layers.1.mlp.experts.0.up_proj.weight"):
+        info = ckpt_index.info(name)
+        with open(info.file, "rb") as f:
+            f.seek(info.data_offsets[0])
+            assert f.read(256) not in vmfb, f"{name}'s bytes are inside the vmfb"
+    assert {f["path"] for f in manifest["parameters"]["files"]} == {p.name for p in ckpt.glob("*.safetensors")}
+
+
+def test_generate_text_greedy_is_deterministic(demo):
+    _, artifact, _ = demo
+    a = run("generate", artifact, "--prompt", "Hello, day0", "--max-new-tokens", "8").stdout
+    b = run("generate", artifact, "--prompt", "Hello, day0", "--max-new-tokens", "8").stdout
+    assert a == b and a.startswith("Hello, day0")
+
+
+def test_generate_ids_with_sampling_seed(demo):
+    _, artifact, _ = demo
+    args = ("generate", artifact, "--prompt-ids", "72,101,108", "--max-new-tokens", "6",
+            "--temperature", "0.9", "--top-k", "20", "--top-p", "0.95")
+    a = run(*args, "--seed", "1").stdout.strip().split(",")
+    assert a == run(*args, "--seed", "1").stdout.strip().split(",")
+    assert 1 <= len(a) <= 6 and all(0 <= int(t) < 320 for t in a)
+
+
+def test_generate_rejects_bad_values(demo):
+    _, artifact, _ = demo
+    r = run("generate", artifact, "--prompt-ids", "1,2", "--top-p", "0", check=False)
+    assert r.returncode == 2 and "top_p" in r.stderr and "Traceback" not in r.stderr
+    r = run("generate", artifact, "--prompt-ids", "1,x", check=False)
+    assert r.returncode == 2 and "--prompt-ids" in r.stderr
+    r = run("generate", artifact, "--prompt", "x" * 200, check=False)
+    assert r.returncode == 2 and "max_seq_len 128" in r.stderr
+
+
+def test_inspect(demo):
+    _, artifact, _ = demo
+    info = json.loads(run("inspect", artifact).stdout)
+    assert info["architecture"] == "deepseek_v32" and info["max_seq_len"] == 128
+    assert info["state"]["kv_cache.0"] == [128, 32 + 8]
+    assert info["parameters"]["count"] > 0
+
+
+def test_prompt_without_tokenizer(artifact):
+    art = artifact("sparse")  # its checkpoint has no tokenizer.json
+    assert not (art / "tokenizer.json").exists()
+    r = run("generate", art, "--prompt", "hi", check=False)
+    assert r.returncode == 2 and "--prompt-ids" in r.stderr
