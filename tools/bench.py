@@ -7,6 +7,7 @@ a fixed context (greedy, one token per step, logits read back each step as `Sess
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
@@ -26,10 +27,10 @@ def _median_seconds(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def bench_day0(artifact: Path, prompt: np.ndarray, steps: int, repeats: int) -> dict:
+def bench_day0(artifact: Path, prompt: np.ndarray, steps: int, repeats: int, device: str) -> dict:
     from day0.runtime.session import Session
 
-    s = Session.load(artifact)
+    s = Session.load(artifact, device=device)
 
     def prefill():
         s.reset()
@@ -77,6 +78,38 @@ def bench_transformers(checkpoint: Path, prompt: np.ndarray, steps: int, repeats
     return {"prefill_tok_s": len(prompt) / prefill_s, "decode_tok_s": steps / decode_s}
 
 
+def machine_rates() -> dict:
+    """Measured copy bandwidth (bytes read + written per second, numpy) and f32 matmul rate."""
+    src = np.ones(64 << 20, dtype=np.float32)  # 256 MiB
+    dst = np.empty_like(src)
+    copy_s = _median_seconds(lambda: np.copyto(dst, src), 5)
+    a = torch.randn(1024, 1024)
+    mm_s = _median_seconds(lambda: a @ a, 10)
+    return {"copy_bytes_s": 2 * src.nbytes / copy_s, "matmul_flop_s": 2 * 1024**3 / mm_s}
+
+
+def limits(checkpoint: Path, prompt_len: int, steps: int, rates: dict) -> dict:
+    """Physical limits of the demo model on this machine.
+
+    decode: bytes one step must read (all weights but the unchosen routed experts, plus the
+    latent and indexer cache rows in use) ÷ copy bandwidth. prefill: 2 · active parameters
+    · tokens FLOPs ÷ matmul rate (attention FLOPs are negligible at this length).
+    """
+    from day0.models.checkpoint import Checkpoint
+
+    ckpt = Checkpoint.open(checkpoint)
+    c = ckpt.config
+    routed = sum(t.nbytes for n, t in ckpt.tensors.items() if ".mlp.experts." in n)
+    dense = sum(t.nbytes for t in ckpt.tensors.values()) - routed
+    active = dense + routed * c["num_experts_per_tok"] / c["n_routed_experts"]
+    row = 4 * (c["kv_lora_rank"] + c["qk_rope_head_dim"] + c["index_head_dim"]) * c["num_hidden_layers"]
+    context = prompt_len + steps // 2
+    decode_s = (active + row * context) / rates["copy_bytes_s"]
+    prefill_s = 2 * (active / 4) * prompt_len / rates["matmul_flop_s"]
+    return {"prefill_tok_s": prompt_len / prefill_s, "decode_tok_s": 1 / decode_s,
+            "decode_bytes_per_step": active + row * context}
+
+
 def main(argv=None) -> int:
     from day0.lowering.build import BuildOptions, compile_checkpoint
     from day0.models.demo_checkpoint import ensure_demo_checkpoint
@@ -86,6 +119,7 @@ def main(argv=None) -> int:
     p.add_argument("--prompt-len", type=int, default=128)
     p.add_argument("--decode-steps", type=int, default=64)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--devices", nargs="+", default=["local-task", "local-sync"])
     p.add_argument("--json", default=None, help="write results here (default WORKDIR/bench.json)")
     a = p.parse_args(argv)
 
@@ -98,18 +132,22 @@ def main(argv=None) -> int:
     prompt = np.random.default_rng(0).integers(0, 256, a.prompt_len).astype(np.int64)
     torch.set_num_threads(torch.get_num_threads())
 
-    ours = bench_day0(artifact, prompt, a.decode_steps, a.repeats)
+    rates = machine_rates()
+    limit = limits(ckpt, a.prompt_len, a.decode_steps, rates)
+    ours = {dev: bench_day0(artifact, prompt, a.decode_steps, a.repeats, dev) for dev in a.devices}
     ref = bench_transformers(ckpt, prompt, a.decode_steps, a.repeats)
-    rows = [(k, ours[k], ref[k], ours[k] / ref[k]) for k in ("prefill_tok_s", "decode_tok_s")]
     print(f"\ndemo deepseek_v32, prompt {a.prompt_len}, {a.decode_steps} decode steps, "
-          f"max_seq_len {max_seq_len}, {platform.processor() or platform.machine()}, "
-          f"torch threads {torch.get_num_threads()}")
-    print(f"{'metric':<16}{'day0':>12}{'transformers':>14}{'ratio':>8}")
-    for name, x, y, r in rows:
-        print(f"{name:<16}{x:>12.1f}{y:>14.1f}{r:>7.2f}x")
+          f"max_seq_len {max_seq_len}, {platform.machine()} x{os.cpu_count()}, copy "
+          f"{rates['copy_bytes_s'] / 1e9:.1f} GB/s, f32 matmul {rates['matmul_flop_s'] / 1e9:.0f} GFLOP/s")
+    print(f"{'metric':<15}{'day0 device':<13}{'day0':>10}{'transformers':>14}{'limit':>11}"
+          f"{'vs eager':>10}{'of limit':>10}")
+    for k in ("prefill_tok_s", "decode_tok_s"):
+        for dev, r in ours.items():
+            print(f"{k:<15}{dev:<13}{r[k]:>10.1f}{ref[k]:>14.1f}{limit[k]:>11.1f}"
+                  f"{r[k] / ref[k]:>9.2f}x{100 * r[k] / limit[k]:>9.1f}%")
     out = Path(a.json) if a.json else work / "bench.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"day0": ours, "transformers": ref,
+    out.write_text(json.dumps({"day0": ours, "transformers": ref, "limit": limit, "machine": rates,
                                "config": {"prompt_len": a.prompt_len, "decode_steps": a.decode_steps,
                                           "max_seq_len": max_seq_len}}, indent=2))
     print(f"wrote {out}")
