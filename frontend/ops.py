@@ -31,3 +31,48 @@ def dsa_attention(q: Tensor, kv: Tensor, indices: Tensor, scale: float, value_di
 def _(q: Tensor, kv: Tensor, indices: Tensor, scale: float, value_dim: int) -> Tensor:
     torch._check(q.dim() == 3 and kv.dim() == 2 and indices.dim() == 2)
     return q.new_empty(q.shape[0], q.shape[1], value_dim)
+
+
+# --- MXFP4 (OCP microscaling: E2M1 codes two per byte, low nibble = even element, one E8M0 scale
+# byte per 32 consecutive elements along K; value = E2M1[code] · 2^(scale − 127)).
+
+E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
+
+
+def mxfp4_dequantize(packed: Tensor, scales: Tensor) -> Tensor:
+    """packed u8 [..., N, K/2], scales u8 [..., N, K/32] -> f32 [..., N, K] (exact)."""
+    lut = torch.tensor(E2M1_VALUES, dtype=torch.float32, device=packed.device)
+    codes = torch.stack([packed & 0x0F, packed >> 4], dim=-1).flatten(-2).long()  # [..., N, K]
+    values = lut[codes]
+    exponent = scales.to(torch.int32) - 127  # [..., N, K/32]
+    factor = torch.exp2(exponent.to(torch.float32)).repeat_interleave(32, dim=-1)
+    return values * factor
+
+
+@torch.library.custom_op("day0::mxfp4_linear", mutates_args=())
+def mxfp4_linear(x: Tensor, packed: Tensor, scales: Tensor) -> Tensor:
+    """x f32 [M, K] @ Wᵀ with W MXFP4: packed u8 [N, K/2], scales u8 [N, K/32] -> f32 [M, N]."""
+    return x @ mxfp4_dequantize(packed, scales).T
+
+
+@mxfp4_linear.register_fake
+def _(x: Tensor, packed: Tensor, scales: Tensor) -> Tensor:
+    torch._check(x.dim() == 2 and packed.dim() == 2 and scales.dim() == 2)
+    return x.new_empty(x.shape[0], packed.shape[0])
+
+
+@torch.library.custom_op("day0::mxfp4_moe", mutates_args=())
+def mxfp4_moe(x: Tensor, packed: Tensor, scales: Tensor, experts: Tensor) -> Tensor:
+    """Each token through each of its chosen experts' MXFP4 matrices.
+
+    x f32 [T, K]; packed u8 [E, N, K/2]; scales u8 [E, N, K/32]; experts i64 [T, k]
+    returns f32 [T, k, N] with out[t, j] = W[experts[t, j]] · x[t].
+    """
+    w = mxfp4_dequantize(packed[experts], scales[experts])  # [T, k, N, K]
+    return torch.einsum("tk,tjnk->tjn", x, w)
+
+
+@mxfp4_moe.register_fake
+def _(x: Tensor, packed: Tensor, scales: Tensor, experts: Tensor) -> Tensor:
+    torch._check(x.dim() == 2 and packed.dim() == 3 and scales.dim() == 3 and experts.dim() == 2)
+    return x.new_empty(x.shape[0], experts.shape[1], packed.shape[1])
