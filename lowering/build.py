@@ -60,6 +60,7 @@ def compile_checkpoint(checkpoint_dir: Path, out_dir: Path, options: BuildOption
     from day0.lowering.targets import get_target
     from day0.models.checkpoint import Checkpoint
     from day0.models.checkpoint import TORCH_DTYPES
+    from day0.models.mxfp4 import check_checkpoint_scales
     from day0.models.registry import architecture
     from day0.passes.pipeline import parse_pipeline
     from day0.passes.pipelines import pipeline_for
@@ -78,6 +79,7 @@ def compile_checkpoint(checkpoint_dir: Path, out_dir: Path, options: BuildOption
     with torch.no_grad():
         model = model_cls.empty(cfg, options.max_seq_len, dtypes)
     ckpt.check_expected(model.parameter_shapes())
+    check_checkpoint_scales(ckpt)
     progress("read", "done")
 
     tmp = staging_dir(out_dir)

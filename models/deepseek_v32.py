@@ -11,18 +11,16 @@ with per layer kv_cache [T, kv_lora_rank + qk_rope_head_dim] and index_cache [T,
 (T = max_seq_len), both float32.
 """
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor, nn
 
 from day0.models.config import ConfigError, require
-from day0.models.layers import MLP, RMSNorm, linear, rope_table
+from day0.models.base import STATIC_ROPE_TYPES, CausalLM, StateSpec
+from day0.models.layers import MLP, RMSNorm
 from day0.models.mla import SparseMLA
 from day0.models.moe import MoE
 
 MODEL_TYPE = "deepseek_v32"
-STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
 
 def parse_config(raw: dict):
@@ -30,10 +28,13 @@ def parse_config(raw: dict):
     import transformers
 
     require(raw.get("model_type") == MODEL_TYPE, "model_type", f"expected '{MODEL_TYPE}'")
+    expert_format = routed_expert_format(raw)
+    fields = {k: v for k, v in raw.items() if k not in ("model_type", "quantization_config")}
     try:
-        cfg = transformers.DeepseekV32Config(**{k: v for k, v in raw.items() if k != "model_type"})
+        cfg = transformers.DeepseekV32Config(**fields)
     except Exception as e:  # strict dataclass validation: name the field it complains about
         raise ConfigError(f"config.json: invalid deepseek_v32 config: {e}") from None
+    cfg.day0_expert_format = expert_format
     rope = cfg.rope_parameters or {}
     require(rope.get("rope_type", "default") in STATIC_ROPE_TYPES, "rope_parameters.rope_type",
             f"'{rope.get('rope_type')}' is not supported (supported: {', '.join(STATIC_ROPE_TYPES)}; "
@@ -55,6 +56,17 @@ def parse_config(raw: dict):
     require(len(cfg.mlp_layer_types) == cfg.num_hidden_layers, "mlp_layer_types",
             "needs one entry per layer")
     return cfg
+
+
+def routed_expert_format(raw: dict) -> str:
+    """'dense' (bf16/f32 experts) or 'mxfp4' (compressed-tensors mxfp4-pack-quantized experts)."""
+    from day0.models.mxfp4 import quant_method_of
+
+    method = quant_method_of(raw)
+    require(method in (None, "compressed-tensors-mxfp4"), "quantization_config",
+            f"'{method}' experts are not supported for {MODEL_TYPE} "
+            f"(supported: compressed-tensors mxfp4-pack-quantized)")
+    return "dense" if method is None else "mxfp4"
 
 
 class DecoderLayer(nn.Module):
@@ -81,18 +93,8 @@ class Backbone(nn.Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
 
-@dataclass(frozen=True)
-class StateSpec:
-    """One state tensor the runtime keeps on the device between calls."""
 
-    name: str
-    kind: str  # "mla_latent" | "indexer_keys"
-    layer: int
-    shape: tuple[int, ...]
-    dtype: str = "float32"
-
-
-class DeepseekV32(nn.Module):
+class DeepseekV32(CausalLM):
     """The causal LM. Build it with `DeepseekV32.empty(cfg, max_seq_len)` and fill the weights
     from a checkpoint; `prefill`/`decode` are the two functional entry points."""
 
@@ -102,24 +104,8 @@ class DeepseekV32(nn.Module):
         self.model = Backbone(cfg)
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
 
-    @classmethod
-    def empty(cls, cfg, max_seq_len: int, dtypes: dict[str, torch.dtype] | None = None) -> "DeepseekV32":
-        """Parameters allocated but not initialized (untouched pages cost no memory), in the dtypes
-        the checkpoint stores (`dtypes`: name -> dtype; default float32); rope tables computed."""
-        with torch.device("meta"):
-            m = cls(cfg, max_seq_len)
-        m = m.to_empty(device="cpu")
-        for name, p in m.named_parameters():
-            if dtypes and name in dtypes and dtypes[name] != p.dtype:
-                p.data = torch.empty(p.shape, dtype=dtypes[name])
-        inv_freq, scaling = rope_frequencies(cfg)
-        cos, sin = rope_table(inv_freq, max_seq_len, scaling)
-        m.register_buffer("rope_cos", cos, persistent=True)
-        m.register_buffer("rope_sin", sin, persistent=True)
-        return m.requires_grad_(False)
-
-    def parameter_shapes(self) -> dict[str, tuple[tuple[int, ...], None]]:
-        return {n: (tuple(p.shape), None) for n, p in self.named_parameters()}
+    def rope_dim(self) -> int:
+        return self.cfg.qk_rope_head_dim
 
     def selection_width(self) -> int:
         """K, the number of positions the indexer selects per query (the DSA op's width)."""
@@ -133,15 +119,12 @@ class DeepseekV32(nn.Module):
               for i in range(c.num_hidden_layers)]
         return kv + ix
 
-    def empty_state(self) -> list[Tensor]:
-        return [torch.zeros(s.shape) for s in self.state_specs()]
-
     def step(self, ids: Tensor, start: Tensor, *state: Tensor) -> tuple[Tensor, ...]:
         """Run ids [S] at positions start..start+S-1 over the state; returns (logits [S, V], *state)."""
         n = self.cfg.num_hidden_layers
         kv_caches, index_caches = list(state[:n]), list(state[n:])
         positions = start + torch.arange(ids.shape[0], dtype=torch.int64)  # [S]
-        cos, sin = self.rope_cos.index_select(0, positions), self.rope_sin.index_select(0, positions)
+        cos, sin = self.rope_at(positions)
         visible = torch.arange(self.max_seq_len, dtype=torch.int64)[None, :] <= positions[:, None]
         h = self.model.embed_tokens.weight.index_select(0, ids).float()  # [S, hidden]
         for i, layer in enumerate(self.model.layers):
@@ -151,14 +134,3 @@ class DeepseekV32(nn.Module):
         head = self.model.embed_tokens if self.lm_head is None else self.lm_head
         return (h @ head.weight.float().T, *kv_caches, *index_caches)
 
-
-def rope_frequencies(cfg) -> tuple[Tensor, float]:
-    """inv_freq [rope_dim/2] and the cos/sin scaling, exactly as transformers computes them."""
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-
-    rope_type = (cfg.rope_parameters or {}).get("rope_type", "default")
-    if rope_type == "default":
-        base = cfg.rope_parameters["rope_theta"]
-        dim = cfg.qk_rope_head_dim
-        return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim)), 1.0
-    return ROPE_INIT_FUNCTIONS[rope_type](cfg)

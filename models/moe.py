@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+import day0.frontend.ops  # noqa: F401  (registers torch.ops.day0.*)
 from day0.models.layers import MLP, linear
 
 
@@ -56,18 +57,53 @@ class Experts(nn.ModuleList):
                      for n in ("gate_proj", "up_proj", "down_proj"))
 
 
+class Mxfp4Linear(nn.Module):
+    """A bias-free linear stored in the compressed-tensors `mxfp4-pack-quantized` layout:
+    weight_packed u8 [out, in/2] (low nibble = even column), weight_scale u8 [out, in/32]."""
+
+    def __init__(self, n_in: int, n_out: int):
+        super().__init__()
+        self.weight_packed = nn.Parameter(torch.empty(n_out, n_in // 2, dtype=torch.uint8), requires_grad=False)
+        self.weight_scale = nn.Parameter(torch.empty(n_out, n_in // 32, dtype=torch.uint8), requires_grad=False)
+
+
+class Mxfp4Expert(nn.Module):
+    def __init__(self, hidden: int, intermediate: int):
+        super().__init__()
+        self.gate_proj = Mxfp4Linear(hidden, intermediate)
+        self.up_proj = Mxfp4Linear(hidden, intermediate)
+        self.down_proj = Mxfp4Linear(intermediate, hidden)
+
+
+class Mxfp4Experts(nn.ModuleList):
+    """Routed experts whose weights stay packed from the file to the matmul: the stacks below are
+    u8 (hoisted once by IREE at packed size) and `day0::mxfp4_moe` unpacks inside the matmul."""
+
+    def stacked(self) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
+        """(gate‖up packed [E, 2I, H/2], scales [E, 2I, H/32]), (down packed [E, H, I/2], scales)."""
+        gate_up = tuple(torch.stack([torch.cat([getattr(e.gate_proj, n), getattr(e.up_proj, n)])
+                                     for e in self]) for n in ("weight_packed", "weight_scale"))
+        down = tuple(torch.stack([getattr(e.down_proj, n) for e in self])
+                     for n in ("weight_packed", "weight_scale"))
+        return gate_up, down
+
+
 class MoE(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         self.gate = Router(cfg)
-        self.experts = Experts(MLP(cfg.hidden_size, cfg.moe_intermediate_size)
-                               for _ in range(cfg.n_routed_experts))
+        mxfp4 = getattr(cfg, "day0_expert_format", None) == "mxfp4"
+        expert = Mxfp4Expert if mxfp4 else MLP
+        self.experts = (Mxfp4Experts if mxfp4 else Experts)(
+            expert(cfg.hidden_size, cfg.moe_intermediate_size) for _ in range(cfg.n_routed_experts))
         self.shared_experts = MLP(cfg.hidden_size, cfg.moe_intermediate_size * cfg.n_shared_experts)
 
     def forward(self, x: Tensor) -> Tensor:
         """x [S, hidden]. One token gathers only its k experts' weights; several tokens run every
         expert densely and mix with a sparse [S, E] weight matrix (no per-token weight copies)."""
         weights, chosen = self.gate(x)
+        if isinstance(self.experts, Mxfp4Experts):
+            return self._mxfp4_routed(x, weights, chosen) + self.shared_experts(x)
         gate, up, down = self.experts.stacked()
         if x.shape[0] == 1:
             idx = chosen[0]  # [k]
@@ -80,3 +116,14 @@ class MoE(nn.Module):
             h = F.silu(torch.einsum("sh,eih->sei", x, gate)) * torch.einsum("sh,eih->sei", x, up)
             routed = torch.einsum("sei,ehi,se->sh", h, down, mix)
         return routed + self.shared_experts(x)
+
+    def _mxfp4_routed(self, x: Tensor, weights: Tensor, chosen: Tensor) -> Tensor:
+        """Σ_j w[t,j] · down_j(silu(gate_j x_t) · up_j x_t) with every expert matmul an MXFP4
+        `day0::mxfp4_moe` over the chosen experts only (gate and up in one op)."""
+        (gu_packed, gu_scales), (down_packed, down_scales) = self.experts.stacked()
+        t, k = chosen.shape
+        gu = torch.ops.day0.mxfp4_moe(x, gu_packed, gu_scales, chosen)  # [T, k, 2I]
+        g, u = gu.chunk(2, dim=-1)
+        h = (F.silu(g) * u).reshape(t * k, -1)  # each (token, expert) pair is its own row
+        y = torch.ops.day0.mxfp4_moe(h, down_packed, down_scales, chosen.reshape(t * k, 1))
+        return (weights[..., None] * y.reshape(t, k, -1)).sum(1)

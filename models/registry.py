@@ -1,10 +1,11 @@
 """model_type -> architecture. An architecture module provides MODEL_TYPE, parse_config(raw) and a
 model class with `empty(cfg, max_seq_len, dtypes)`, `state_specs()`, `empty_state()`, `step()`."""
 
-from day0.models import deepseek_v32
+from day0.models import deepseek_v32, gpt_oss
 from day0.models.config import ConfigError
 
-ARCHITECTURES = {deepseek_v32.MODEL_TYPE: (deepseek_v32, deepseek_v32.DeepseekV32)}
+ARCHITECTURES = {deepseek_v32.MODEL_TYPE: (deepseek_v32, deepseek_v32.DeepseekV32),
+                 gpt_oss.MODEL_TYPE: (gpt_oss, gpt_oss.GptOss)}
 
 
 def architecture(raw_config: dict):

@@ -1,9 +1,13 @@
-"""The named pass pipelines day0 runs on an exported module, per target."""
+"""The named pass pipelines day0 runs on an exported module, per target.
 
-# parameters-to-globals: checkpoint tensors become IREE parameters (no weights in the vmfb).
-# topk-to-linalg-ext: aten.topk becomes iree_linalg_ext.topk (lower index wins ties); the default
-#   lowering sorts whole rows, is slow, and miscompiles two topks over a shared causal mask.
-# dsa-to-gather-tiles: sparse attention becomes gathered tiles + online softmax.
+    parameters-to-globals  checkpoint tensors become IREE parameters (no weights in the vmfb)
+    topk-to-linalg-ext     aten.topk becomes iree_linalg_ext.topk (lower index wins ties); the
+                           default lowering sorts whole rows, is slow, and miscompiles two topks
+                           over a shared causal mask
+    fuse-mxfp4-matmul      MXFP4 expert matmuls unpack inside the matmul (one dispatch each)
+    dsa-to-gather-tiles    sparse attention becomes gathered tiles + online softmax
+"""
+
 TARGETS = ("llvm-cpu", "cuda-sm90")
 DEFAULT_DSA_TILE = 64
 
@@ -13,8 +17,11 @@ def dsa_tile(selection_width: int, preferred: int = DEFAULT_DSA_TILE) -> int:
     return max(t for t in range(1, min(preferred, selection_width) + 1) if selection_width % t == 0)
 
 
-def pipeline_for(target: str, selection_width: int, preferred_tile: int = DEFAULT_DSA_TILE) -> str:
+def pipeline_for(target: str, selection_width: int | None, preferred_tile: int = DEFAULT_DSA_TILE) -> str:
+    """The pipeline for a model on `target`; selection_width is the DSA op's K (None: no DSA)."""
     if target not in TARGETS:
         raise ValueError(f"no pass pipeline for target '{target}' (known: {', '.join(TARGETS)})")
-    tile = dsa_tile(selection_width, preferred_tile)
-    return f"builtin.module(parameters-to-globals,topk-to-linalg-ext,dsa-to-gather-tiles{{tile={tile}}})"
+    passes = ["parameters-to-globals", "topk-to-linalg-ext", "fuse-mxfp4-matmul"]
+    if selection_width is not None:
+        passes.append(f"dsa-to-gather-tiles{{tile={dsa_tile(selection_width, preferred_tile)}}}")
+    return f"builtin.module({','.join(passes)})"

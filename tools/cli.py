@@ -1,4 +1,4 @@
-"""The `day0` command line: compile, generate, inspect, demo.
+"""The `day0` command line: compile, generate, inspect, quantize, demo.
 
 Errors the user can fix (bad checkpoint, config, artifact, arguments) print one line naming the
 problem and exit with status 2; only bugs produce tracebacks.
@@ -15,13 +15,14 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from day0.lowering.compile import CompileError
     from day0.models.checkpoint import CheckpointError
     from day0.models.config import ConfigError
+    from day0.models.mxfp4 import Mxfp4Error
     from day0.passes.base import PassError
     from day0.runtime.artifact import ArtifactError
     from day0.runtime.session import SessionError
     from day0.runtime.tokenizer import TokenizerError
 
     return (BuildError, CompileError, CheckpointError, ConfigError, PassError, ArtifactError,
-            SessionError, TokenizerError, ValueError)
+            SessionError, TokenizerError, Mxfp4Error, ValueError)
 
 
 def cmd_compile(a) -> int:
@@ -99,6 +100,15 @@ def cmd_demo(a) -> int:
     return 0
 
 
+def cmd_quantize(a) -> int:
+    from day0.models.quantize import quantize_checkpoint
+
+    dst = quantize_checkpoint(Path(a.checkpoint), Path(a.output), a.layout)
+    qc = json.loads((dst / "config.json").read_text())["quantization_config"]
+    print(f"wrote {dst} (routed experts in MXFP4, quant_method {qc['quant_method']})")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="day0", description="Day-0 adaptation: checkpoint in, compiled artifact out.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -129,6 +139,13 @@ def parser() -> argparse.ArgumentParser:
     i.add_argument("artifact")
     i.add_argument("--no-verify", action="store_true", help="skip the hash checks")
     i.set_defaults(run=cmd_inspect)
+
+    q = sub.add_parser("quantize", help="write a copy of a checkpoint with its routed experts in MXFP4")
+    q.add_argument("checkpoint")
+    q.add_argument("-o", "--output", required=True)
+    q.add_argument("--layout", choices=["gpt-oss", "compressed-tensors"], default=None,
+                   help="default: gpt-oss for gpt_oss checkpoints, compressed-tensors otherwise")
+    q.set_defaults(run=cmd_quantize)
 
     d = sub.add_parser("demo", help="build the seeded demo model, compile it, generate")
     d.add_argument("--workdir", default=".cache/demo")

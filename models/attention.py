@@ -1,0 +1,50 @@
+"""Grouped-query attention with attention sinks over a static KV cache (gpt-oss).
+
+A sink is one learned logit per query head that joins the softmax denominator and has no value:
+
+    p_{t,s} = exp(q_t·k_s·scale) / (exp(sink_h) + Σ_{s' visible} exp(q_t·k_s'·scale))
+
+so a head can put weight "nowhere". The cache keeps one row per position for every layer,
+sliding-window layers included: the window is a mask (`visible`), not a ring buffer, which keeps
+the cache layout and the index_copy write identical for all layers at the cost of attending over
+T rows (masked) on sliding layers.
+"""
+
+import torch
+from torch import Tensor, nn
+
+from day0.models.layers import linear, rotate_half_split
+
+
+class SinkAttention(nn.Module):
+    """Checkpoint names: q_proj, k_proj, v_proj, o_proj (with bias when `bias`), sinks [heads]."""
+
+    def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int, bias: bool):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
+        self.q_proj = nn.Linear(hidden, heads * head_dim, bias=bias)
+        self.k_proj = nn.Linear(hidden, kv_heads * head_dim, bias=bias)
+        self.v_proj = nn.Linear(hidden, kv_heads * head_dim, bias=bias)
+        self.o_proj = nn.Linear(heads * head_dim, hidden, bias=bias)
+        self.sinks = nn.Parameter(torch.empty(heads))
+        self.scale = head_dim**-0.5
+
+    def forward(self, x: Tensor, positions: Tensor, cos: Tensor, sin: Tensor, visible: Tensor,
+                k_cache: Tensor, v_cache: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """x [S, hidden] at `positions` [S]; cos, sin [S, head_dim/2]; visible [S, T] bool;
+        caches [T, kv_heads, head_dim] f32. Returns (out [S, hidden], k_cache, v_cache) with the
+        new rows written."""
+        s, g = x.shape[0], self.heads // self.kv_heads
+        q = rotate_half_split(linear(x, self.q_proj).view(s, self.heads, self.head_dim), cos, sin)
+        k = rotate_half_split(linear(x, self.k_proj).view(s, self.kv_heads, self.head_dim), cos, sin)
+        v = linear(x, self.v_proj).view(s, self.kv_heads, self.head_dim)
+        k_cache = k_cache.index_copy(0, positions, k)
+        v_cache = v_cache.index_copy(0, positions, v)
+
+        q = q.view(s, self.kv_heads, g, self.head_dim)  # query head h = kv_head·g + j
+        scores = torch.einsum("skgd,tkd->skgt", q, k_cache) * self.scale  # [S, Hkv, G, T]
+        scores = scores.masked_fill(~visible[:, None, None, :], float("-inf"))
+        sinks = self.sinks.float().view(1, self.kv_heads, g, 1).expand(s, -1, -1, -1)
+        probs = torch.softmax(torch.cat([scores, sinks], -1), dim=-1)[..., :-1]  # drop the sink
+        o = torch.einsum("skgt,tkd->skgd", probs, v_cache).reshape(s, self.heads * self.head_dim)
+        return linear(o, self.o_proj), k_cache, v_cache

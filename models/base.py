@@ -1,0 +1,78 @@
+"""What every day0 architecture shares: explicit device state, uninitialized construction in the
+checkpoint's dtypes, and the RoPE table.
+
+An architecture subclasses `CausalLM` and provides `state_specs()`, `step(ids, start, *state)`
+and `selection_width()`; its module tree mirrors the checkpoint's tensor names exactly.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from day0.models.layers import rope_table
+
+STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+
+
+@dataclass(frozen=True)
+class StateSpec:
+    """One state tensor the runtime keeps on the device between calls."""
+
+    name: str
+    kind: str  # e.g. "mla_latent", "indexer_keys", "keys", "values"
+    layer: int
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+
+
+class CausalLM(nn.Module):
+    cfg: object
+    max_seq_len: int
+
+    @classmethod
+    def empty(cls, cfg, max_seq_len: int, dtypes: dict[str, torch.dtype] | None = None):
+        """Parameters allocated but not initialized (untouched pages cost no memory); floating
+        parameters take the dtype the checkpoint stores (`dtypes`: name -> dtype), packed integer
+        ones (MXFP4 bytes) keep theirs; the rope table is computed."""
+        with torch.device("meta"):
+            m = cls(cfg, max_seq_len)
+        m = m.to_empty(device="cpu")
+        for name, p in m.named_parameters():
+            want = (dtypes or {}).get(name)
+            if want is not None and p.is_floating_point() and want.is_floating_point and want != p.dtype:
+                p.data = torch.empty(p.shape, dtype=want)
+        inv_freq, scaling = rope_frequencies(cfg, m.rope_dim())
+        cos, sin = rope_table(inv_freq, max_seq_len, scaling)
+        m.register_buffer("rope_cos", cos, persistent=True)
+        m.register_buffer("rope_sin", sin, persistent=True)
+        return m.requires_grad_(False)
+
+    def rope_dim(self) -> int:
+        raise NotImplementedError
+
+    def parameter_shapes(self) -> dict[str, tuple[tuple[int, ...], set[str] | None]]:
+        """name -> (shape, allowed safetensors dtypes): packed u8 tensors must be U8 in the file."""
+        return {n: (tuple(p.shape), {"U8"} if p.dtype == torch.uint8 else None)
+                for n, p in self.named_parameters()}
+
+    def state_specs(self) -> list[StateSpec]:
+        raise NotImplementedError
+
+    def empty_state(self) -> list[Tensor]:
+        return [torch.zeros(s.shape) for s in self.state_specs()]
+
+    def rope_at(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """cos, sin [S, rope_dim/2] at positions [S]."""
+        return self.rope_cos.index_select(0, positions), self.rope_sin.index_select(0, positions)
+
+
+def rope_frequencies(cfg, dim: int) -> tuple[Tensor, float]:
+    """inv_freq [dim/2] and the cos/sin scaling, exactly as transformers computes them."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    rope_type = (cfg.rope_parameters or {}).get("rope_type", "default")
+    if rope_type == "default":
+        base = cfg.rope_parameters["rope_theta"]
+        return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim)), 1.0
+    return ROPE_INIT_FUNCTIONS[rope_type](cfg)

@@ -1,0 +1,90 @@
+"""Tiny random gpt-oss checkpoints for tests: transformers' GptOssForCausalLM, saved with
+save_pretrained, then (mxfp4=True) its experts quantized into the gpt-oss MXFP4 layout
+
+    model.layers.{i}.mlp.experts.gate_up_proj_blocks  u8  [E, 2I, H/32, 16]
+    model.layers.{i}.mlp.experts.gate_up_proj_scales  u8  [E, 2I, H/32]
+    model.layers.{i}.mlp.experts.gate_up_proj_bias    f32 [E, 2I]
+    model.layers.{i}.mlp.experts.down_proj_blocks     u8  [E, H, I/32, 16]
+    model.layers.{i}.mlp.experts.down_proj_scales     u8  [E, H, I/32]
+    model.layers.{i}.mlp.experts.down_proj_bias       f32 [E, H]
+
+with `quantization_config: {"quant_method": "mxfp4", ...}` in config.json, the way the released
+gpt-oss checkpoints store them (quantized by day0.models.quantize.quantize_checkpoint).
+transformers reads it back with Mxfp4Config(dequantize=True), which makes it the oracle for our
+packed path (the dequantized values are exact in f32).
+
+Random init is tweaked so that every feature matters in a test: initializer_range 0.1 with
+swiglu_limit 1 (the SwiGLU clamp is reached on ~10-20% of the expert activations), random expert
+biases (transformers initializes them to zero) and O(1) attention sinks (std 1 instead of 0.02).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import torch
+
+TINY_CONFIG: dict = dict(
+    vocab_size=128,
+    hidden_size=64,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    num_local_experts=4,
+    num_experts_per_tok=2,
+    sliding_window=8,
+    max_position_embeddings=256,
+    rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    initializer_range=0.1,
+    swiglu_limit=1.0,
+    tie_word_embeddings=False,
+)
+BIAS_STD = 0.1
+SINK_STD = 1.0
+
+
+def tiny_gpt_oss_config(**overrides):
+    """A GptOssConfig from TINY_CONFIG with `overrides` applied (float32)."""
+    from transformers import GptOssConfig
+
+    config = GptOssConfig(**{**TINY_CONFIG, **overrides})
+    config.dtype = torch.float32
+    return config
+
+
+@torch.no_grad()
+def _tweak(model) -> None:
+    for module in model.modules():
+        name = type(module).__name__
+        if name == "GptOssExperts":
+            module.gate_up_proj_bias.normal_(0.0, BIAS_STD)
+            module.down_proj_bias.normal_(0.0, BIAS_STD)
+        elif name == "GptOssAttention":
+            module.sinks.normal_(0.0, SINK_STD)
+
+
+def write_tiny_gpt_oss_checkpoint(path, config_overrides: dict | None = None, seed: int = 0,
+                                  mxfp4: bool = True) -> Path:
+    """Write a random GptOssForCausalLM (float32) to the directory `path`; with `mxfp4` its
+    experts are stored MXFP4-quantized in the gpt-oss layout (see the module docstring)."""
+    from transformers import GptOssForCausalLM
+
+    from day0.models.quantize import quantize_checkpoint
+
+    path = Path(path)
+    config = tiny_gpt_oss_config(**(config_overrides or {}))
+    with torch.random.fork_rng(devices=[]):  # leave the caller's RNG state alone
+        torch.manual_seed(seed)
+        model = GptOssForCausalLM(config).to(torch.float32).eval()
+        _tweak(model)
+    if not mxfp4:
+        model.save_pretrained(path, safe_serialization=True)
+        return path
+    with tempfile.TemporaryDirectory(prefix="gpt-oss-bf16-") as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        quantize_checkpoint(tmp, path, layout="gpt-oss")
+    return path
+
