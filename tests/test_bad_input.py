@@ -33,7 +33,7 @@ def _compile(ckpt: Path, out: Path):
 
 
 def test_missing_shard(checkpoint, tmp_path):
-    ckpt = _copy(checkpoint("sharded"), tmp_path / "ckpt")
+    ckpt = _copy(checkpoint("ds-sharded"), tmp_path / "ckpt")
     victim = sorted(ckpt.glob("*.safetensors"))[1]
     victim.unlink()
     with pytest.raises(CheckpointError, match=victim.name):
@@ -42,7 +42,7 @@ def test_missing_shard(checkpoint, tmp_path):
 
 
 def test_truncated_shard(checkpoint, tmp_path):
-    ckpt = _copy(checkpoint("sparse"), tmp_path / "ckpt")
+    ckpt = _copy(checkpoint("ds-sparse"), tmp_path / "ckpt")
     shard = _single_shard(ckpt)
     data = shard.read_bytes()
     shard.write_bytes(data[:-100])
@@ -51,7 +51,7 @@ def test_truncated_shard(checkpoint, tmp_path):
 
 
 def test_tensor_with_wrong_shape(checkpoint, tmp_path):
-    ckpt = _copy(checkpoint("sparse"), tmp_path / "ckpt")
+    ckpt = _copy(checkpoint("ds-sparse"), tmp_path / "ckpt")
     shard = _single_shard(ckpt)
     tensors = load_file(shard)
     name = "model.layers.0.self_attn.q_a_proj.weight"
@@ -62,7 +62,7 @@ def test_tensor_with_wrong_shape(checkpoint, tmp_path):
 
 
 def test_missing_tensor(checkpoint, tmp_path):
-    ckpt = _copy(checkpoint("sparse"), tmp_path / "ckpt")
+    ckpt = _copy(checkpoint("ds-sparse"), tmp_path / "ckpt")
     shard = _single_shard(ckpt)
     tensors = load_file(shard)
     del tensors["model.layers.1.mlp.experts.3.down_proj.weight"]
@@ -81,7 +81,7 @@ def test_missing_tensor(checkpoint, tmp_path):
     ({"layer_types": ["indexed_attention", "sliding_attention"]}, "layer_types"),
 ])
 def test_unsupported_config(checkpoint, tmp_path, change, field):
-    ckpt = _copy(checkpoint("sparse"), tmp_path / "ckpt")
+    ckpt = _copy(checkpoint("ds-sparse"), tmp_path / "ckpt")
     cfg = json.loads((ckpt / "config.json").read_text())
     cfg.update(change)
     (ckpt / "config.json").write_text(json.dumps(cfg))
@@ -90,7 +90,7 @@ def test_unsupported_config(checkpoint, tmp_path, change, field):
 
 
 def test_cli_reports_one_line_without_traceback(checkpoint, tmp_path):
-    ckpt = _copy(checkpoint("sparse"), tmp_path / "ckpt")
+    ckpt = _copy(checkpoint("ds-sparse"), tmp_path / "ckpt")
     _single_shard(ckpt).unlink()
     day0 = Path(sys.executable).parent / "day0"
     r = subprocess.run([str(day0), "compile", str(ckpt), "-o", str(tmp_path / "out")],
@@ -102,7 +102,7 @@ def test_cli_reports_one_line_without_traceback(checkpoint, tmp_path):
 
 
 def test_prompt_longer_than_max_seq_len(artifact):
-    s = Session.load(artifact("sparse"))
+    s = Session.load(artifact("ds-sparse"))
     with pytest.raises(SessionError, match=r"max_seq_len 64"):
         s.prefill(list(range(65)))
     with pytest.raises(SessionError, match=r"max_new_tokens 50 exceeds max_seq_len 64"):
@@ -110,7 +110,7 @@ def test_prompt_longer_than_max_seq_len(artifact):
 
 
 def test_token_outside_vocabulary(artifact):
-    s = Session.load(artifact("sparse"))
+    s = Session.load(artifact("ds-sparse"))
     with pytest.raises(SessionError, match=r"token id 320 is outside the vocabulary \[0, 320\)"):
         s.prefill([1, 2, 320])
     with pytest.raises(SessionError, match=r"token id -1"):
@@ -123,7 +123,7 @@ def test_token_outside_vocabulary(artifact):
     ({"top_k": -2}, "top_k"), ({"top_p": 0.0}, "top_p"), ({"top_p": 1.5}, "top_p"),
 ])
 def test_invalid_sampling_values(artifact, kwargs, name):
-    s = Session.load(artifact("sparse"))
+    s = Session.load(artifact("ds-sparse"))
     with pytest.raises(ValueError, match=name):
         s.generate([1, 2, 3], max_new_tokens=2, **kwargs)
 
@@ -137,7 +137,7 @@ def test_interrupted_compile_leaves_nothing_loadable(checkpoint, tmp_path, monke
     monkeypatch.setattr(lc, "compile_mlir", interrupted)
     out = tmp_path / "out"
     with pytest.raises(KeyboardInterrupt):
-        _compile(checkpoint("sparse"), out)
+        _compile(checkpoint("ds-sparse"), out)
     assert not out.exists()
     assert not list(tmp_path.glob(".out.partial-*"))
     out.mkdir()  # a directory left by something else
@@ -146,8 +146,8 @@ def test_interrupted_compile_leaves_nothing_loadable(checkpoint, tmp_path, monke
 
 
 def test_artifact_whose_files_changed(checkpoint, artifact, tmp_path):
-    ckpt = _copy(checkpoint("sparse"), tmp_path / "ckpt")
-    art = _copy(artifact("sparse"), tmp_path / "art")
+    ckpt = _copy(checkpoint("ds-sparse"), tmp_path / "ckpt")
+    art = _copy(artifact("ds-sparse"), tmp_path / "art")
     manifest = json.loads((art / "manifest.json").read_text())
     manifest["parameters"]["base_dir"] = str(ckpt)
     (art / "manifest.json").write_text(json.dumps(manifest))

@@ -91,7 +91,7 @@ def test_inspect(demo):
 
 
 def test_prompt_without_tokenizer(artifact):
-    art = artifact("sparse")  # its checkpoint has no tokenizer.json
+    art = artifact("ds-sparse")  # its checkpoint has no tokenizer.json
     assert not (art / "tokenizer.json").exists()
     r = run("generate", art, "--prompt", "hi", check=False)
     assert r.returncode == 2 and "--prompt-ids" in r.stderr

@@ -1,78 +1,19 @@
-"""gpt_oss eager parity against transformers on tiny random MXFP4 checkpoints, teacher-forced
-over a prefill and 16 decode steps; multi-turn continuation; the sliding window; export.
+"""gpt_oss specifics beyond tests/test_parity.py: eager multi-turn across the sliding window,
+that the window matters, unquantized experts, parameter names and dtypes, export, bad configs.
 
 Oracle: GptOssForCausalLM.from_pretrained(dir, quantization_config=Mxfp4Config(dequantize=True),
 dtype=float32, attn_implementation="eager", experts_implementation="eager") on CPU: the MXFP4
 experts are dequantized exactly, so our packed path must agree to float32 rounding.
 """
 
-import json
-
 import pytest
 import torch
 
 from day0.models.config import ConfigError
+from parity_configs import DECODE_STEPS, PARITY, rel_err, sequence
 
 TOL = 1e-4
-DECODE_STEPS = 16
-# Every config: sliding_window 8 < the test sequence (prompt + 16 decode steps), swiglu_limit 1
-# so the clamp is reached on ~10-20% of the expert activations (TINY_CONFIG).
-CONFIGS = {
-    # 2 layers (sliding, full), 4 experts, default rope.
-    "base": dict(overrides=dict(), seed=1, prompt=8),
-    # hidden 96, 8 experts, 3 layers (sliding, full, sliding).
-    "wide": dict(overrides=dict(hidden_size=96, intermediate_size=96, num_local_experts=8,
-                                num_hidden_layers=3), seed=2, prompt=12),
-    # 4 layers, 8 experts, YaRN rope shaped like the released gpt-oss config.
-    "yarn": dict(overrides=dict(intermediate_size=32, num_local_experts=8, num_hidden_layers=4,
-                                rope_parameters=dict(rope_type="yarn", rope_theta=150000.0, factor=8.0,
-                                                     original_max_position_embeddings=32,
-                                                     beta_fast=32.0, beta_slow=1.0, truncate=False)),
-                 seed=3, prompt=10),
-}
 MAX_SEQ_LEN = 48
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    from day0.models.gpt_oss_checkpoint import write_tiny_gpt_oss_checkpoint
-
-    root, made = tmp_path_factory.mktemp("gpt_oss"), {}
-
-    def get(name, mxfp4=True):
-        key = (name, mxfp4)
-        if key not in made:
-            spec = CONFIGS[name]
-            made[key] = write_tiny_gpt_oss_checkpoint(root / f"{name}-{'mxfp4' if mxfp4 else 'f32'}",
-                                                      spec["overrides"], spec["seed"], mxfp4=mxfp4)
-        return made[key]
-
-    return get
-
-
-def reference(path):
-    """transformers' model for a checkpoint dir, float32, eager attention and experts."""
-    from transformers import GptOssForCausalLM, Mxfp4Config
-
-    quantized = "quantization_config" in json.loads((path / "config.json").read_text())
-    extra = {"quantization_config": Mxfp4Config(dequantize=True)} if quantized else {}
-    return GptOssForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager",
-                                             experts_implementation="eager", **extra).eval()
-
-
-def sequence(name, vocab=128):
-    g = torch.Generator().manual_seed(100 + len(name))
-    return torch.randint(0, vocab, (CONFIGS[name]["prompt"] + DECODE_STEPS,), generator=g)
-
-
-def expected(path, ids):
-    with torch.no_grad():
-        return reference(path)(ids[None], use_cache=False).logits[0]
-
-
-def rel_err(got, want) -> float:
-    got, want = got.double(), want.double()
-    return ((got - want).abs().max() / want.abs().max()).item()
 
 
 def run_turns(model, ids, turns):
@@ -86,33 +27,28 @@ def run_turns(model, ids, turns):
     return torch.cat(rows)
 
 
-@pytest.mark.parametrize("name", sorted(CONFIGS))
-def test_eager_matches_transformers(name, checkpoint):
-    from day0.models.registry import build_eager
-
-    path, ids, p = checkpoint(name), sequence(name), CONFIGS[name]["prompt"]
-    model = build_eager(path, MAX_SEQ_LEN)
-    got = run_turns(model, ids, [p] + [1] * DECODE_STEPS)
-    assert rel_err(got, expected(path, ids)) < TOL
+def expected(ref, ids):
+    with torch.no_grad():
+        return ref(ids[None], use_cache=False).logits[0]
 
 
-@pytest.mark.parametrize("name", ["base", "yarn"])
-def test_multi_turn_equals_one_forward(name, checkpoint):
+@pytest.mark.parametrize("name", ["oss-base", "oss-yarn"])
+def test_multi_turn_equals_one_forward(name, checkpoint, reference):
     """prefill, decode, prefill again, decode == one forward over the concatenation."""
     from day0.models.registry import build_eager
 
-    path, ids = checkpoint(name), sequence(name)
-    model = build_eager(path, MAX_SEQ_LEN)
+    ids = sequence(name, 128)
+    model = build_eager(checkpoint(name), MAX_SEQ_LEN)
     got = run_turns(model, ids, [5, 1, 1, 1, 9] + [1] * 7)  # 24 positions, 3 past the window
-    assert rel_err(got, expected(path, ids)[: len(got)]) < TOL
+    assert rel_err(got, expected(reference(name), ids)[: len(got)]) < TOL
 
 
 def test_sliding_window_matters(checkpoint):
     """Dropping the window changes exactly the positions that see past it (here: ≥ 8)."""
     from day0.models.registry import build_eager
 
-    path, ids = checkpoint("base"), sequence("base")
-    model = build_eager(path, MAX_SEQ_LEN)
+    ids = sequence("oss-base", 128)
+    model = build_eager(checkpoint("oss-base"), MAX_SEQ_LEN)
     window = model.cfg.sliding_window
     assert window < len(ids) and model.windows == [window, 0]
     with_window = run_turns(model, ids, [len(ids)])
@@ -122,15 +58,22 @@ def test_sliding_window_matters(checkpoint):
     assert rel_err(without[window:], with_window[window:]) > 1e-2
 
 
-def test_unquantized_checkpoint_matches_transformers(checkpoint):
+def test_unquantized_checkpoint_matches_transformers(tmp_path):
+    from transformers import GptOssForCausalLM
+
     from day0.models.gpt_oss import DenseExperts
+    from day0.models.gpt_oss_checkpoint import write_tiny_gpt_oss_checkpoint
     from day0.models.registry import build_eager
 
-    path, ids, p = checkpoint("base", mxfp4=False), sequence("base"), CONFIGS["base"]["prompt"]
+    spec = PARITY["oss-base"]
+    path = write_tiny_gpt_oss_checkpoint(tmp_path / "f32", spec["config"], spec["seed"], mxfp4=False)
+    ids, p = sequence("oss-base", 128), spec["prompt"]
     model = build_eager(path, MAX_SEQ_LEN)
     assert isinstance(model.model.layers[0].mlp.experts, DenseExperts)
     got = run_turns(model, ids, [p] + [1] * DECODE_STEPS)
-    assert rel_err(got, expected(path, ids)) < TOL
+    ref = GptOssForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager",
+                                            experts_implementation="eager").eval()
+    assert rel_err(got, expected(ref, ids)) < TOL
 
 
 def test_parameters_are_the_checkpoint_tensors(checkpoint):
@@ -138,7 +81,7 @@ def test_parameters_are_the_checkpoint_tensors(checkpoint):
     from day0.models.checkpoint import Checkpoint
     from day0.models.registry import build_eager
 
-    path = checkpoint("wide")
+    path = checkpoint("oss-wide")
     model, ckpt = build_eager(path, MAX_SEQ_LEN), Checkpoint.open(path)
     params = dict(model.named_parameters())
     assert set(params) == set(ckpt.tensors)
@@ -158,7 +101,7 @@ def test_export_keeps_mxfp4_ops_and_packed_parameters(checkpoint):
     from day0.frontend.export import export_model
     from day0.models.registry import build_eager
 
-    model = build_eager(checkpoint("base"), 32)
+    model = build_eager(checkpoint("oss-base"), 32)
     exported = export_model(model, 32)
     mlir = exported.mlir
     layers, funcs = model.cfg.num_hidden_layers, 2  # prefill + decode

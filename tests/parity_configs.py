@@ -1,0 +1,104 @@
+"""The tiny random checkpoints every parity test runs on, and transformers' oracle for each.
+
+Each entry: the architecture, config overrides, a seed, shards, the DSA tile, max_seq_len, the
+prompt length, and the expert format ("f32", or MXFP4 via `day0 quantize` in the layout named).
+DeepSeek entries avoid indexer ties (models/demo_checkpoint.py); top-k is smaller than the
+prompts, prompts are longer than one DSA tile, and one checkpoint has several shards.
+gpt_oss entries use a sliding window of 8 < the test sequences and clamp-reaching activations.
+"""
+
+import json
+from pathlib import Path
+
+import torch
+
+DECODE_STEPS = 16
+
+_DS_SPARSE = dict(index_topk=8, num_hidden_layers=2)
+_DS_TILES = dict(index_topk=24, num_hidden_layers=2, hidden_size=96)
+_DS_SHARDED = dict(index_topk=12, num_hidden_layers=3, n_group=4, topk_group=2, n_routed_experts=8,
+                   num_experts_per_tok=3)
+_OSS_YARN = dict(intermediate_size=32, num_local_experts=8, num_hidden_layers=4,
+                 rope_parameters=dict(rope_type="yarn", rope_theta=150000.0, factor=8.0,
+                                      original_max_position_embeddings=32, beta_fast=32.0,
+                                      beta_slow=1.0, truncate=False))
+
+PARITY = {
+    # K = 8 < prompt 20, one tile; no tokenizer (tests the --prompt error).
+    "ds-sparse": dict(arch="deepseek_v32", config=_DS_SPARSE, seed=1, tile=64, max_seq_len=64,
+                      prompt=20, tokenizer=False),
+    # K = 24 in tiles of 8, prompt 40 > K.
+    "ds-tiles": dict(arch="deepseek_v32", config=_DS_TILES, seed=2, tile=8, max_seq_len=96, prompt=40),
+    # three layers (two MoE), group-limited routing over 4 groups, many shards.
+    "ds-sharded": dict(arch="deepseek_v32", config=_DS_SHARDED, seed=3, shard="40KB", tile=4,
+                       max_seq_len=64, prompt=24),
+    # the same three with their routed experts quantized by `day0 quantize --layout compressed-tensors`
+    "ds-sparse-mxfp4": dict(arch="deepseek_v32", config=_DS_SPARSE, seed=1, tile=64, max_seq_len=64,
+                            prompt=20, experts="compressed-tensors"),
+    "ds-tiles-mxfp4": dict(arch="deepseek_v32", config=_DS_TILES, seed=2, tile=8, max_seq_len=96,
+                           prompt=40, experts="compressed-tensors"),
+    "ds-sharded-mxfp4": dict(arch="deepseek_v32", config=_DS_SHARDED, seed=3, shard="40KB", tile=4,
+                             max_seq_len=64, prompt=24, experts="compressed-tensors"),
+    # gpt-oss MXFP4 checkpoints (gpt-oss layout): 2 layers / 4 experts; hidden 96, 8 experts,
+    # 3 layers; 4 layers with YaRN rope shaped like the released config.
+    "oss-base": dict(arch="gpt_oss", config={}, seed=1, max_seq_len=48, prompt=8, experts="gpt-oss"),
+    "oss-wide": dict(arch="gpt_oss", config=dict(hidden_size=96, intermediate_size=96, num_local_experts=8,
+                                                 num_hidden_layers=3),
+                     seed=2, max_seq_len=48, prompt=12, experts="gpt-oss"),
+    "oss-yarn": dict(arch="gpt_oss", config=_OSS_YARN, seed=3, max_seq_len=48, prompt=10, experts="gpt-oss"),
+}
+
+
+def write_checkpoint(root: Path, name: str) -> Path:
+    """The checkpoint directory of a parity config (written once under root)."""
+    spec = PARITY[name]
+    path = root / f"ckpt-{name}"
+    if path.exists():
+        return path
+    if spec["arch"] == "gpt_oss":
+        from day0.models.gpt_oss_checkpoint import write_tiny_gpt_oss_checkpoint
+
+        return write_tiny_gpt_oss_checkpoint(path, spec["config"], spec["seed"], mxfp4=True)
+    from day0.models.demo_checkpoint import tiny_deepseek_v32_config, write_tiny_checkpoint
+    from day0.models.quantize import quantize_checkpoint
+
+    cfg = tiny_deepseek_v32_config(**spec["config"])
+    if spec.get("experts", "f32") == "f32":
+        return write_tiny_checkpoint(path, cfg, spec["seed"], max_shard_size=spec.get("shard"),
+                                     tokenizer=spec.get("tokenizer", True))
+    dense = root / f"ckpt-{name}-f32"
+    write_tiny_checkpoint(dense, cfg, spec["seed"], max_shard_size=spec.get("shard"))
+    return quantize_checkpoint(dense, path, spec["experts"])
+
+
+def load_reference(root: Path, name: str):
+    """transformers' model for a parity config, float32, eager: the oracle."""
+    spec, path = PARITY[name], write_checkpoint(root, name)
+    if spec["arch"] == "gpt_oss":
+        from transformers import GptOssForCausalLM, Mxfp4Config
+
+        return GptOssForCausalLM.from_pretrained(
+            path, dtype=torch.float32, attn_implementation="eager", experts_implementation="eager",
+            quantization_config=Mxfp4Config(dequantize=True)).eval()
+    from transformers import DeepseekV32ForCausalLM
+
+    if "quantization_config" in json.loads((path / "config.json").read_text()):
+        from day0.models.quantize import dequantize_checkpoint
+
+        dequantized = root / f"ckpt-{name}-dequantized"
+        if not dequantized.exists():
+            dequantize_checkpoint(path, dequantized)  # transformers holds the dequantized values
+        path = dequantized
+    return DeepseekV32ForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+
+
+def sequence(name: str, vocab: int) -> torch.Tensor:
+    """The test token sequence of a parity config: prompt + DECODE_STEPS tokens, seeded."""
+    g = torch.Generator().manual_seed(100 + len(name))
+    return torch.randint(0, vocab, (PARITY[name]["prompt"] + DECODE_STEPS,), generator=g)
+
+
+def rel_err(got, want) -> float:
+    """max |got − want| ÷ max |want|, in float64."""
+    got, want = torch.as_tensor(got, dtype=torch.float64), torch.as_tensor(want, dtype=torch.float64)
+    return ((got - want).abs().max() / want.abs().max()).item()
