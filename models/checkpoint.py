@@ -9,7 +9,6 @@ tensor and the field, with expected vs found values.
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import json
 import math
 import re
@@ -20,8 +19,9 @@ from typing import Iterable
 
 import torch
 
+from day0.runtime import files
+
 INDEX_NAME = "model.safetensors.index.json"
-HASH_CHUNK = 16 << 20  # 16 MiB: large enough to hash at disk speed, small enough to not matter
 
 # Bits per element of every dtype string safetensors writes (sub-byte types pack several a byte).
 DTYPE_BITS = {
@@ -132,13 +132,6 @@ def _matches(name: str, pattern: str) -> bool:
     except re.error:  # a glob like "*.bias" is not a valid regex: glob semantics only
         return False
 
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(HASH_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 class Checkpoint:
@@ -264,29 +257,12 @@ class Checkpoint:
     def file_records(self, relative: bool = True) -> list[dict]:
         """[{"path", "size", "sha256"}] per shard, for the artifact manifest. Paths are relative
         to the checkpoint dir (relative=True) or absolute. Reads every byte: seconds per GB."""
-        return [{"path": str(f.relative_to(self.dir)) if relative else str(f.resolve()),
-                 "size": f.stat().st_size, "sha256": _sha256(f)} for f in self.files]
+        return [files.file_record(f, self.dir if relative else None) for f in self.files]
 
 
 def verify_file_records(records: Iterable[dict], base_dir: str | Path) -> None:
-    """Raise CheckpointError naming the first recorded file that is missing, changed size or
-    changed content. Relative paths resolve against base_dir. Sizes are all checked before any
-    hash, so the common kind of change is reported without reading tens of GB."""
-    records, base = list(records), Path(base_dir)
-    paths = []
-    for i, r in enumerate(records):
-        for field in ("path", "size", "sha256"):
-            if field not in r:
-                raise CheckpointError(f"file record {i} lacks field '{field}': {r!r}")
-        p = base / r["path"]  # an absolute r["path"] replaces base
-        if not p.is_file():
-            raise CheckpointError(f"weight file {p} is missing (recorded at compile time)")
-        if p.stat().st_size != r["size"]:
-            raise CheckpointError(f"weight file {p} changed after compile: size is "
-                                  f"{p.stat().st_size}, recorded {r['size']}")
-        paths.append(p)
-    for p, r in zip(paths, records):
-        digest = _sha256(p)
-        if digest != r["sha256"]:
-            raise CheckpointError(f"weight file {p} changed after compile: sha256 is {digest}, "
-                                  f"recorded {r['sha256']}")
+    """day0.runtime.files.verify_file_records, failing with a CheckpointError."""
+    try:
+        files.verify_file_records(records, base_dir)
+    except files.FileRecordError as e:
+        raise CheckpointError(str(e)) from None

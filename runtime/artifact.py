@@ -5,11 +5,12 @@ Writing is atomic: everything goes to a hidden sibling directory that is renamed
 so an interrupted compile never leaves a directory `read_manifest` accepts.
 """
 
-import hashlib
 import json
 import os
 import shutil
 from pathlib import Path
+
+from day0.runtime.files import FileRecordError, sha256_file, verify_file_records
 
 MANIFEST = "manifest.json"
 VMFB = "model.vmfb"
@@ -19,13 +20,6 @@ FORMAT_VERSION = 1
 class ArtifactError(ValueError):
     pass
 
-
-def sha256_file(path: Path, chunk: int = 16 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def staging_dir(out_dir: Path) -> Path:
@@ -57,8 +51,6 @@ def publish(tmp: Path, out_dir: Path, manifest: dict) -> None:
 
 def read_manifest(artifact_dir: Path, verify: bool = True) -> dict:
     """The manifest of a complete artifact; with verify, checks the vmfb's and shards' hashes."""
-    from day0.models.checkpoint import CheckpointError, verify_file_records
-
     artifact_dir = Path(artifact_dir)
     path = artifact_dir / MANIFEST
     if not artifact_dir.is_dir():
@@ -77,6 +69,6 @@ def read_manifest(artifact_dir: Path, verify: bool = True) -> dict:
         try:
             verify_file_records([manifest["vmfb"]], artifact_dir)
             verify_file_records(manifest["parameters"]["files"], manifest["parameters"]["base_dir"])
-        except CheckpointError as e:
+        except FileRecordError as e:
             raise ArtifactError(f"artifact {artifact_dir}: {e}") from None
     return manifest

@@ -162,3 +162,78 @@ def test_artifact_whose_files_changed(checkpoint, artifact, tmp_path):
     vmfb.write_bytes(vmfb.read_bytes() + b"\0")
     with pytest.raises(ArtifactError, match="model.vmfb"):
         Session.load(art, verify=True)
+
+
+# --- MXFP4 checkpoints -----------------------------------------------------------------------
+
+OSS_BLOCKS = "model.layers.0.mlp.experts.down_proj_blocks"
+OSS_SCALES = "model.layers.0.mlp.experts.down_proj_scales"
+
+
+def _rewrite_tensor(ckpt: Path, name: str, change) -> None:
+    """Apply change(tensors) to the shard holding `name` (change may add/remove/replace)."""
+    from day0.models.checkpoint import Checkpoint
+
+    shard = Checkpoint.open(ckpt).info(name).file
+    tensors = load_file(shard)
+    change(tensors)
+    save_file(tensors, shard, metadata={"format": "pt"})
+
+
+def test_nan_scale_byte(checkpoint, tmp_path):
+    from day0.models.mxfp4 import Mxfp4Error
+
+    ckpt = _copy(checkpoint("oss-base"), tmp_path / "ckpt")
+
+    def poison(t):
+        t[OSS_SCALES] = t[OSS_SCALES].clone()
+        t[OSS_SCALES][1, 2, 0] = 0xFF
+
+    _rewrite_tensor(ckpt, OSS_SCALES, poison)
+    with pytest.raises(Mxfp4Error, match=rf"{OSS_SCALES}.*0xFF"):
+        _compile(ckpt, tmp_path / "out")
+
+
+def test_missing_scales_tensor(checkpoint, tmp_path):
+    ckpt = _copy(checkpoint("oss-base"), tmp_path / "ckpt")
+    _rewrite_tensor(ckpt, OSS_SCALES, lambda t: t.pop(OSS_SCALES))
+    with pytest.raises(CheckpointError, match=rf"missing tensor {OSS_SCALES}"):
+        _compile(ckpt, tmp_path / "out")
+
+
+def test_blocks_and_scales_disagree(checkpoint, tmp_path):
+    ckpt = _copy(checkpoint("oss-base"), tmp_path / "ckpt")
+
+    def shrink(t):
+        t[OSS_SCALES] = t[OSS_SCALES][:, :, :1].contiguous()
+
+    _rewrite_tensor(ckpt, OSS_SCALES, shrink)
+    with pytest.raises(CheckpointError, match=rf"{OSS_SCALES}.*has shape"):
+        _compile(ckpt, tmp_path / "out")
+
+
+def test_packed_bytes_with_wrong_dtype(checkpoint, tmp_path):
+    ckpt = _copy(checkpoint("oss-base"), tmp_path / "ckpt")
+
+    def as_int8(t):
+        t[OSS_BLOCKS] = t[OSS_BLOCKS].view(torch.int8)
+
+    _rewrite_tensor(ckpt, OSS_BLOCKS, as_int8)
+    with pytest.raises(CheckpointError, match=rf"{OSS_BLOCKS}.*I8"):
+        _compile(ckpt, tmp_path / "out")
+
+
+@pytest.mark.parametrize("name, quantization_config, field", [
+    ("oss-base", {"quant_method": "gptq"}, "quant_method"),
+    ("ds-sparse-mxfp4", {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized"}, "format"),
+    ("ds-sparse-mxfp4", {"quant_method": "fp8"}, "quant_method"),
+])
+def test_unknown_quant_method(checkpoint, tmp_path, name, quantization_config, field):
+    from day0.models.mxfp4 import Mxfp4Error
+
+    ckpt = _copy(checkpoint(name), tmp_path / "ckpt")
+    cfg = json.loads((ckpt / "config.json").read_text())
+    cfg["quantization_config"] = quantization_config
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises((ConfigError, Mxfp4Error), match=field):
+        _compile(ckpt, tmp_path / "out")

@@ -1,0 +1,51 @@
+"""Size + sha256 records of files an artifact depends on (its vmfb, the checkpoint's shards), and
+their verification. Torch-free: the runtime loads artifacts without importing PyTorch."""
+
+import hashlib
+from pathlib import Path
+from typing import Iterable
+
+HASH_CHUNK = 16 << 20
+
+
+class FileRecordError(ValueError):
+    pass
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(HASH_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def file_record(path: Path, base_dir: Path | None = None) -> dict:
+    """{"path", "size", "sha256"}; path relative to base_dir when given."""
+    path = Path(path)
+    return {"path": str(path.relative_to(base_dir) if base_dir else path.resolve()),
+            "size": path.stat().st_size, "sha256": sha256_file(path)}
+
+
+def verify_file_records(records: Iterable[dict], base_dir: str | Path) -> None:
+    """Raise FileRecordError naming the first recorded file that is missing, changed size or
+    changed content. Relative paths resolve against base_dir. Sizes are all checked before any
+    hash, so the common kind of change is reported without reading tens of GB."""
+    records, base = list(records), Path(base_dir)
+    paths = []
+    for i, r in enumerate(records):
+        for field in ("path", "size", "sha256"):
+            if field not in r:
+                raise FileRecordError(f"file record {i} lacks field '{field}': {r!r}")
+        p = base / r["path"]  # an absolute r["path"] replaces base
+        if not p.is_file():
+            raise FileRecordError(f"weight file {p} is missing (recorded at compile time)")
+        if p.stat().st_size != r["size"]:
+            raise FileRecordError(f"weight file {p} changed after compile: size is "
+                                  f"{p.stat().st_size}, recorded {r['size']}")
+        paths.append(p)
+    for p, r in zip(paths, records):
+        digest = sha256_file(p)
+        if digest != r["sha256"]:
+            raise FileRecordError(f"weight file {p} changed after compile: sha256 is {digest}, "
+                                  f"recorded {r['sha256']}")

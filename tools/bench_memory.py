@@ -1,0 +1,93 @@
+"""`python -m day0.tools.bench_memory`: memory of an MXFP4 deepseek_v32 checkpoint through day0.
+
+Builds (seeded, once) a deepseek_v32 checkpoint whose routed experts dominate its size, quantizes
+them with `day0 quantize --layout compressed-tensors`, then measures in fresh processes:
+  compile   peak RSS of `day0 compile` (export runs on uninitialized weights: no weight loads)
+  load      anonymous RSS a loaded Session adds (copies the runtime made: the hoisted u8 expert
+            stacks, the state) and file-backed RSS (shard pages mapped by IREE's parameter index),
+            after the first token
+against the packed expert bytes and the whole checkpoint on disk. Goal (issue 3): resident expert
+bytes == packed bytes on disk; peak of compile + first token < 1.2 × checkpoint + 1 GiB.
+"""
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+CONFIG = dict(hidden_size=1024, intermediate_size=2048, moe_intermediate_size=512, num_hidden_layers=3,
+              first_k_dense_replace=1, n_routed_experts=32, num_experts_per_tok=4, n_group=4, topk_group=2,
+              num_attention_heads=8, num_key_value_heads=8, q_lora_rank=256, kv_lora_rank=128, vocab_size=4096)
+
+_PROBE = r"""
+import json, resource, sys, numpy as np
+import torch, day0.models.checkpoint  # imported before measuring: their own memory is not the model's
+from day0.runtime.session import Session
+def rss():
+    fields = dict(line.split(":", 1) for line in open("/proc/self/status"))
+    kb = lambda k: int(fields[k].split()[0]) * 1024
+    return {"anon": kb("RssAnon"), "file": kb("RssFile")}
+before = rss()
+s = Session.load(sys.argv[1], verify=False)
+s.prefill(np.arange(8) % 256)
+after = rss()
+print(json.dumps({"before": before, "after": after, "state": sum(s.state_bytes().values()),
+                  "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+"""
+
+
+def _peak_rss_of(cmd: list[str]) -> tuple[int, str]:
+    """Run cmd in a child; its peak RSS in bytes (ru_maxrss of the child) and its stdout."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return max(peak, before) * 1024, out
+
+
+def main(argv=None) -> int:
+    from day0.models.checkpoint import Checkpoint
+    from day0.models.demo_checkpoint import tiny_deepseek_v32_config, write_tiny_checkpoint
+    from day0.models.quantize import quantize_checkpoint
+
+    p = argparse.ArgumentParser(prog="day0-bench-memory")
+    p.add_argument("--workdir", default=".cache/bench-memory")
+    p.add_argument("--json", default=None)
+    a = p.parse_args(argv)
+    work = Path(a.workdir)
+    dense, packed = work / "ckpt-f32", work / "ckpt-mxfp4"
+    if not packed.exists():
+        write_tiny_checkpoint(dense, tiny_deepseek_v32_config(**CONFIG), seed=0, max_shard_size="200MB",
+                              tokenizer=False)
+        quantize_checkpoint(dense, packed, "compressed-tensors")
+    ckpt = Checkpoint.open(packed)
+    expert_bytes = sum(t.nbytes for n, t in ckpt.tensors.items() if ".mlp.experts." in n)
+    total_bytes = sum(f.stat().st_size for f in ckpt.files)
+
+    bindir = Path(sys.executable).parent
+    artifact = work / "artifact"
+    compile_peak, _ = _peak_rss_of([str(bindir / "day0"), "compile", str(packed), "-o", str(artifact),
+                                    "--max-seq-len", "256"])
+    _, out = _peak_rss_of([sys.executable, "-c", _PROBE, str(artifact)])
+    probe = json.loads(out)
+    load_peak = probe["peak"]
+    added_anon = probe["after"]["anon"] - probe["before"]["anon"]
+    added_file = probe["after"]["file"] - probe["before"]["file"]
+    result = {"checkpoint_bytes": total_bytes, "packed_expert_bytes": expert_bytes,
+              "compile_peak_rss": compile_peak, "load_first_token_peak_rss": load_peak,
+              "session_added_anon": added_anon, "session_added_file": added_file,
+              "state_bytes": probe["state"], "budget": 1.2 * total_bytes + (1 << 30)}
+    mib = lambda b: f"{b / 2**20:9.1f} MiB"  # noqa: E731
+    print(f"checkpoint on disk {mib(total_bytes)}  (packed routed experts {mib(expert_bytes)})")
+    print(f"compile peak RSS   {mib(compile_peak)}   load + first token peak RSS {mib(load_peak)}"
+          f"   budget 1.2×ckpt+1GiB {mib(result['budget'])}")
+    print(f"session adds anon  {mib(added_anon)} (state {mib(probe['state'])}), file-backed {mib(added_file)}")
+    print(f"anon beyond state ÷ packed expert bytes = {(added_anon - probe['state']) / expert_bytes:.2f}")
+    out_path = Path(a.json) if a.json else work / "bench-memory.json"
+    out_path.write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
