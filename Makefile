@@ -28,6 +28,8 @@ test-lit: install
 
 bench: install
 	$(VPY) -m day0.tools.bench --workdir .cache/bench
+	$(VPY) -m day0.tools.bench_mxfp4 --json .cache/bench/mxfp4.json
+	$(VPY) -m day0.tools.bench_memory --workdir .cache/bench-memory
 
 clean:
 	rm -rf $(VENV) .cache

@@ -35,6 +35,13 @@ class _Decode(_Prefill):
     pass
 
 
+class _PrefillFirst(_Prefill):
+    """The first turn of a sequence (start == 0): the model may restrict keys to the prompt."""
+
+    def forward(self, ids, start, *state):
+        return self.lm.step(ids, start, *state, first_turn=True)
+
+
 class _ParametersAsOps(FxImporterHooks):
     """Imports every parameter as a `torch.day0.parameter` op naming its checkpoint tensor."""
 
@@ -50,27 +57,36 @@ class _ParametersAsOps(FxImporterHooks):
 
 @dataclass
 class ExportedModule:
-    mlir: str  # raw torch dialect, functions @prefill and @decode
+    mlir: str  # raw torch dialect: @prefill, @decode, and @prefill_first where the model has one
     parameters: list[str]  # checkpoint tensor names the module reads
 
 
+def entry_points(lm: nn.Module) -> list[str]:
+    """The functions export_model emits for this model."""
+    return ["prefill", "decode"] + (["prefill_first"] if getattr(lm, "has_first_turn", False) else [])
+
+
 def export_model(lm: nn.Module, max_seq_len: int) -> ExportedModule:
-    """Export `lm.step` twice: prefill (S in [2, max_seq_len], dynamic) and decode (S = 1)."""
+    """Export `lm.step` as prefill (S in [2, max_seq_len], dynamic), decode (S = 1) and, for
+    models with a first-turn form, prefill_first (start == 0, dynamic S)."""
     state = lm.empty_state()
     start = torch.zeros(1, dtype=torch.int64)
     seq = Dim("seq", min=2, max=max_seq_len)
-    prefill = torch.export.export(
-        _Prefill(lm), (torch.zeros(4, dtype=torch.int64), start, *state),
-        dynamic_shapes=({0: seq}, None, (None,) * len(state)), strict=False)
-    decode = torch.export.export(_Decode(lm), (torch.zeros(1, dtype=torch.int64), start, *state), strict=False)
-
+    prompt = (torch.zeros(4, dtype=torch.int64), start, *state)
+    dynamic = ({0: seq}, None, (None,) * len(state))
+    wrappers = {"prefill": (_Prefill, prompt, dynamic),
+                "decode": (_Decode, (torch.zeros(1, dtype=torch.int64), start, *state), None),
+                "prefill_first": (_PrefillFirst, prompt, dynamic)}
     decompositions = get_decomposition_table()  # the aten decompositions torch-mlir expects
-    prefill, decode = prefill.run_decompositions(decompositions), decode.run_decompositions(decompositions)
     context = tm_ir.Context()
     torch_d.register_dialect(context)
     importer = FxImporter(context=context, hooks=_ParametersAsOps())
-    importer.import_program(prefill, func_name="prefill")
-    importer.import_program(decode, func_name="decode")
-    params = sorted({s.target.removeprefix("lm.") for p in (prefill, decode)
-                     for s in p.graph_signature.input_specs if s.kind == InputKind.PARAMETER})
-    return ExportedModule(mlir=str(importer.module_op), parameters=params)
+    params: set[str] = set()
+    for name in entry_points(lm):
+        wrapper, args, shapes = wrappers[name]
+        program = torch.export.export(wrapper(lm), args, dynamic_shapes=shapes, strict=False)
+        program = program.run_decompositions(decompositions)
+        importer.import_program(program, func_name=name)
+        params |= {s.target.removeprefix("lm.") for s in program.graph_signature.input_specs
+                   if s.kind == InputKind.PARAMETER}
+    return ExportedModule(mlir=str(importer.module_op), parameters=sorted(params))

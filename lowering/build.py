@@ -21,6 +21,16 @@ STAGES = ("read", "export", "passes", "compile", "publish")
 DEFAULT_MAX_SEQ_LEN = 4096
 
 
+ENTRY_POINTS = {
+    "prefill": {"inputs": ["ids[S] int64", "start[1] int64", "*state"],
+                "outputs": ["logits[S,V] float32", "*state"], "min_len": 2},
+    "decode": {"inputs": ["token[1] int64", "pos[1] int64", "*state"],
+               "outputs": ["logits[1,V] float32", "*state"]},
+    "prefill_first": {"inputs": ["ids[S] int64", "start[1] int64 (must be 0)", "*state"],
+                      "outputs": ["logits[S,V] float32", "*state"], "min_len": 2},
+}
+
+
 class BuildError(RuntimeError):
     pass
 
@@ -54,7 +64,7 @@ def compile_checkpoint(checkpoint_dir: Path, out_dir: Path, options: BuildOption
     """Build the artifact; returns its manifest. Nothing is left at out_dir on failure."""
     import torch
 
-    from day0.frontend.export import export_model
+    from day0.frontend.export import entry_points, export_model
     from day0.frontend.ir import new_context, parse_module
     from day0.lowering.compile import compile_mlir
     from day0.lowering.targets import get_target
@@ -121,12 +131,7 @@ def compile_checkpoint(checkpoint_dir: Path, out_dir: Path, options: BuildOption
             "max_seq_len": options.max_seq_len,
             "vocab_size": cfg.vocab_size,
             "eos_token_id": cfg.eos_token_id,
-            "entry_points": {
-                "prefill": {"inputs": ["ids[S] int64", "start[1] int64", "*state"],
-                            "outputs": ["logits[S,V] float32", "*state"], "min_len": 2},
-                "decode": {"inputs": ["token[1] int64", "pos[1] int64", "*state"],
-                           "outputs": ["logits[1,V] float32", "*state"]},
-            },
+            "entry_points": {name: ENTRY_POINTS[name] for name in entry_points(model)},
             "state": [{"name": s.name, "kind": s.kind, "layer": s.layer, "shape": list(s.shape),
                        "dtype": s.dtype} for s in model.state_specs()],
             "parameters": {"scope": "model", "base_dir": str(checkpoint_dir),

@@ -78,9 +78,9 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, h, positions, cos, sin, visible, kv_cache, index_cache):
+    def forward(self, h, positions, cos, sin, visible, kv_cache, index_cache, k):
         a, kv_cache, index_cache = self.self_attn(self.input_layernorm(h), positions, cos, sin, visible,
-                                                  kv_cache, index_cache)
+                                                  kv_cache, index_cache, k)
         h = h + a
         return h + self.mlp(self.post_attention_layernorm(h)), kv_cache, index_cache
 
@@ -96,7 +96,9 @@ class Backbone(nn.Module):
 
 class DeepseekV32(CausalLM):
     """The causal LM. Build it with `DeepseekV32.empty(cfg, max_seq_len)` and fill the weights
-    from a checkpoint; `prefill`/`decode` are the two functional entry points."""
+    from a checkpoint; `step` is exported as prefill, decode and prefill_first."""
+
+    has_first_turn = True  # step(first_turn=True) scores only the prompt's own keys
 
     def __init__(self, cfg, max_seq_len: int):
         super().__init__()
@@ -119,17 +121,22 @@ class DeepseekV32(CausalLM):
               for i in range(c.num_hidden_layers)]
         return kv + ix
 
-    def step(self, ids: Tensor, start: Tensor, *state: Tensor) -> tuple[Tensor, ...]:
-        """Run ids [S] at positions start..start+S-1 over the state; returns (logits [S, V], *state)."""
+    def step(self, ids: Tensor, start: Tensor, *state: Tensor, first_turn: bool = False) -> tuple[Tensor, ...]:
+        """Run ids [S] at positions start..start+S-1 over the state; returns (logits [S, V], *state).
+
+        first_turn: the caller guarantees start == 0, so only the first S cache rows can be
+        visible and the indexer scores S columns instead of max_seq_len (the dominant prefill
+        cost: docs/perf.md)."""
         n = self.cfg.num_hidden_layers
         kv_caches, index_caches = list(state[:n]), list(state[n:])
         positions = start + torch.arange(ids.shape[0], dtype=torch.int64)  # [S]
         cos, sin = self.rope_at(positions)
-        visible = torch.arange(self.max_seq_len, dtype=torch.int64)[None, :] <= positions[:, None]
+        keys = ids.shape[0] if first_turn else self.max_seq_len  # L, the key range
+        visible = torch.arange(keys, dtype=torch.int64)[None, :] <= positions[:, None]  # [S, L]
         h = self.model.embed_tokens.weight.index_select(0, ids).float()  # [S, hidden]
         for i, layer in enumerate(self.model.layers):
             h, kv_caches[i], index_caches[i] = layer(h, positions, cos, sin, visible,
-                                                     kv_caches[i], index_caches[i])
+                                                     kv_caches[i], index_caches[i], self.selection_width())
         h = self.model.norm(h)
         head = self.model.embed_tokens if self.lm_head is None else self.lm_head
         return (h @ head.weight.float().T, *kv_caches, *index_caches)

@@ -45,10 +45,11 @@ class Indexer(nn.Module):
         return torch.cat([rotate_half_split(k[:, : self.rope_dim], cos, sin), k[:, self.rope_dim :]], -1)
 
     def select(self, x: Tensor, q_resid: Tensor, cos: Tensor, sin: Tensor, key_cache: Tensor,
-               visible: Tensor) -> Tensor:
+               visible: Tensor, k: int) -> Tensor:
         """Selected positions [S, k] int64 (-1 = empty) for queries x [S, hidden].
 
-        key_cache: [T, d_I] with the new keys already written; visible: [S, T] bool.
+        key_cache: [L, d_I] with the new keys already written (L may be a prefix of the cache, the
+        visible range); visible: [S, L] bool; k: the static selection width (≤ index_topk).
         """
         s = x.shape[0]
         q = linear(q_resid, self.wq_b).view(s, self.heads, self.head_dim)
@@ -57,4 +58,7 @@ class Indexer(nn.Module):
         weights = linear(x, self.weights_proj) * self.heads**-0.5  # [S, H_I]
         index = torch.einsum("sh,sht->st", weights, scores)  # [S, T]
         index = index.masked_fill(~visible, float("-inf"))
-        return select_topk(index, min(self.topk, key_cache.shape[0]))
+        # k empty columns keep top-k defined when fewer than k keys are in range (a short first
+        # prefill over its own L = S keys); they come back as -1 like any invisible slot.
+        index = F.pad(index, (0, k), value=float("-inf"))
+        return select_topk(index, k)

@@ -36,8 +36,9 @@ class SparseMLA(nn.Module):
         self.scale = attention_scale(cfg)
 
     def forward(self, x: Tensor, positions: Tensor, cos: Tensor, sin: Tensor, visible: Tensor,
-                kv_cache: Tensor, index_cache: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """x [S, hidden] at `positions` [S]; caches [T, rank+rope], [T, d_I]; visible [S, T].
+                kv_cache: Tensor, index_cache: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:
+        """x [S, hidden] at `positions` [S]; caches [T, rank+rope], [T, d_I]; visible [S, L]: the
+        first L ≤ T cache rows are the key range; k: the indexer's static selection width.
 
         Returns (out [S, hidden], kv_cache, index_cache) with the new rows written.
         """
@@ -52,7 +53,8 @@ class SparseMLA(nn.Module):
         kv_cache = kv_cache.index_copy(0, positions, torch.cat([latent, k_rope], -1))
         index_cache = index_cache.index_copy(0, positions, self.indexer.keys(x, cos, sin))
 
-        selected = self.indexer.select(x, q_resid, cos, sin, index_cache, visible)  # [S, k]
+        keys = visible.shape[1]  # L: only these rows can be selected
+        selected = self.indexer.select(x, q_resid, cos, sin, index_cache[:keys], visible, k)  # [S, k]
 
         w_kv = self.kv_b_proj.weight.float().view(self.heads, self.nope + self.v, self.rank)
         q_latent = torch.einsum("shn,hnr->shr", q_nope, w_kv[:, : self.nope])  # absorb W_uk

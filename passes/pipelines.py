@@ -1,6 +1,8 @@
 """The named pass pipelines day0 runs on an exported module, per target.
 
     parameters-to-globals  checkpoint tensors become IREE parameters (no weights in the vmfb)
+    hoist-parameter-stacks stacked expert weights are computed once, in one global, instead of
+                           once per function by IREE's const-expr hoisting
     topk-to-linalg-ext     aten.topk becomes iree_linalg_ext.topk (lower index wins ties); the
                            default lowering sorts whole rows, is slow, and miscompiles two topks
                            over a shared causal mask
@@ -21,7 +23,7 @@ def pipeline_for(target: str, selection_width: int | None, preferred_tile: int =
     """The pipeline for a model on `target`; selection_width is the DSA op's K (None: no DSA)."""
     if target not in TARGETS:
         raise ValueError(f"no pass pipeline for target '{target}' (known: {', '.join(TARGETS)})")
-    passes = ["parameters-to-globals", "topk-to-linalg-ext", "fuse-mxfp4-matmul"]
+    passes = ["parameters-to-globals", "hoist-parameter-stacks", "topk-to-linalg-ext", "fuse-mxfp4-matmul"]
     if selection_width is not None:
         passes.append(f"dsa-to-gather-tiles{{tile={dsa_tile(selection_width, preferred_tile)}}}")
     return f"builtin.module({','.join(passes)})"

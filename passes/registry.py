@@ -9,6 +9,7 @@ from day0.passes.base import ModulePass, PipelineError
 # name -> (module, class); one pass per file, file named after the pass.
 _PASSES: dict[str, tuple[str, str]] = {
     "parameters-to-globals": ("day0.passes.parameters_to_globals", "ParametersToGlobals"),
+    "hoist-parameter-stacks": ("day0.passes.hoist_parameter_stacks", "HoistParameterStacks"),
     "dsa-to-gather-tiles": ("day0.passes.dsa_to_gather_tiles", "DsaToGatherTiles"),
     "topk-to-linalg-ext": ("day0.passes.topk_to_linalg_ext", "TopkToLinalgExt"),
     "fuse-mxfp4-matmul": ("day0.passes.fuse_mxfp4_matmul", "FuseMxfp4Matmul"),

@@ -31,6 +31,9 @@ class Session:
         eos = manifest.get("eos_token_id")
         self.eos_token_ids = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
         self._prefill, self._decode = vm.function("prefill"), vm.function("decode")
+        # the first turn (position 0) may have a form that scores only the prompt's own keys
+        self._prefill_first = (vm.function("prefill_first") if "prefill_first" in manifest["entry_points"]
+                               else self._prefill)
         self.reset()
 
     @classmethod
@@ -87,7 +90,7 @@ class Session:
         ids = self._check_ids(ids)
         if ids.size == 1:  # prefill is exported for S >= 2; one token is a decode step
             return _host_copy(self._run(self._decode, ids)).reshape(1, -1)
-        return _host_copy(self._run(self._prefill, ids))
+        return _host_copy(self._run(self._prefill_first if self._pos == 0 else self._prefill, ids))
 
     def decode(self, token: int) -> np.ndarray:
         ids = self._check_ids([token])

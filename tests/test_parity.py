@@ -87,3 +87,17 @@ def test_multi_turn_equals_one_forward(name, reference, artifact):
     assert rel_err(np.concatenate(rows), want[: b + 3]) < TOL
     s.reset()
     assert rel_err(s.prefill(ids[:a].numpy()), want[:a]) < TOL
+
+
+@pytest.mark.parametrize("name", ["ds-sparse", "ds-tiles"])
+def test_first_turn_form_equals_general_prefill(name, checkpoint):
+    """step(first_turn=True) (keys restricted to the prompt) == the general form at start 0."""
+    from day0.models.registry import build_eager
+
+    model = build_eager(checkpoint(name), PARITY[name]["max_seq_len"])
+    ids = sequence(name, model.cfg.vocab_size)[: PARITY[name]["prompt"]]
+    with torch.no_grad():
+        general = model.step(ids, torch.tensor([0]), *model.empty_state())
+        first = model.step(ids, torch.tensor([0]), *model.empty_state(), first_turn=True)
+    for a, b in zip(general, first):
+        assert torch.equal(a, b) or rel_err(b, a) < 1e-6
