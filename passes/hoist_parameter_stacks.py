@@ -55,7 +55,8 @@ from day0.passes.parameters_to_globals import builtin_tensor_type
 _CAT, _STACK = "torch.aten.cat", "torch.aten.stack"
 _RESHAPES = ("torch.aten.view", "torch.aten.unsqueeze")
 _LIST, _INT = "torch.prim.ListConstruct", "torch.constant.int"
-# Ops a rewritten stack leaves dead, erased when they have no uses left.
+# Ops a rewritten stack leaves dead, erased when they have no uses left (marked with _DEAD).
+_DEAD = "day0.hoist_parameter_stacks.dead"
 _PURE = {_CAT, _STACK, *_RESHAPES, _LIST, _INT, "torch_c.from_builtin_tensor", "util.global.load"}
 
 
@@ -95,6 +96,13 @@ def _leaves(e) -> list[_Param]:
     if isinstance(e, _Join):
         return [p for part in e.parts for p in _leaves(part)]
     return _leaves(e.source)
+
+
+def _data(e):
+    """The stack without its final reshapes: what the global holds."""
+    while isinstance(e, _Reshape):
+        e = e.source
+    return e
 
 
 def _owner(value: Value) -> Operation | None:
@@ -182,22 +190,23 @@ class _InitBuilder:
         if isinstance(e, _Join):  # every parameter goes straight to its place in one tensor
             rank = len(_shape(e.type))
             return self._place(e, self.create("tensor.empty", e.type, []).result, [0] * rank, list(range(rank)))
-        # reshape(x) -> expand_shape(collapse_shape(x) to 1-D): row-major order is kept
-        x = self.value(e.source)
-        src, dst = _shape(e.source.type), _shape(e.type)
+        return self.reshape(self.value(e.source), e.source.type, e.type)
+
+    def reshape(self, x: Value, src_type: str, dst_type: str) -> Value:
+        """reshape(x) -> expand_shape(collapse_shape(x) to 1-D): row-major order is kept."""
+        src, dst = _shape(src_type), _shape(dst_type)
         if src == dst:
             return x
-        flat = re.sub(r"<.*x(\w+)>$", lambda m: f"<{prod(dst)}x{m.group(1)}>", e.type)
+        flat = re.sub(r"<.*x(\w+)>$", lambda m: f"<{prod(dst)}x{m.group(1)}>", dst_type)
         if len(src) > 1:
             x = self.create("tensor.collapse_shape", flat, [x],
                             {"reassociation": _reassociation(len(src))}).result
         if len(dst) > 1:
-            x = self.create("tensor.expand_shape", e.type, [x], {
+            x = self.create("tensor.expand_shape", dst_type, [x], {
                 "reassociation": _reassociation(len(dst)),
                 "static_output_shape": ir.DenseI64ArrayAttr.get(dst),
             }).result
         return x
-
 
     def _place(self, e, acc: Value, offsets: list[int], dims: list[int]) -> Value:
         """Insert `e` into `acc` at `offsets`; e's dim j is acc's dim dims[j], the other dims of
@@ -287,25 +296,24 @@ class HoistParameterStacks(ModulePass):
             return
 
         taken = {StringAttr(op.attributes["sym_name"]).value for op in top if "sym_name" in op.attributes}
-        symbols: dict[object, str] = {}
+        symbols: dict[object, str] = {}  # data (a stack without its final reshapes) -> global
         anchor = InsertionPoint(funcs[0])  # after the parameter globals, ahead of the functions
         for op, e in roots:
-            if e not in symbols:
-                symbols[e] = _stack_name(e, taken)
-                _emit_global(symbols[e], e, op.location, anchor)
-        dead: set[Operation] = set()
+            if (data := _data(e)) not in symbols:
+                symbols[data] = _stack_name(data, taken)
+                _emit_global(symbols[data], data, op.location, anchor)
         for op, _ in roots:
-            _tree(op, dead)
+            _mark_tree(op)
         for op, e in roots:
-            ip = InsertionPoint(op)
-            # stack(params...) -> from_builtin_tensor(global.load @stacked)
-            load = Operation.create("util.global.load", results=[Type.parse(e.type)],
-                                    attributes={"global": FlatSymbolRefAttr.get(symbols[e])},
-                                    loc=op.location, ip=ip)
-            value = Operation.create("torch_c.from_builtin_tensor", results=[op.result.type],
-                                     operands=[load.result], loc=op.location, ip=ip)
+            # stack(params...) -> from_builtin_tensor(global.load @stacked), reshaped in place:
+            # a view of the stack in one function and the bare stack in another share one global
+            data = _data(e)
+            b = _InitBuilder(InsertionPoint(op), op.location)
+            load = b.create("util.global.load", data.type, [], {"global": FlatSymbolRefAttr.get(symbols[data])})
+            x = b.reshape(load.result, data.type, e.type)
+            value = b.create("torch_c.from_builtin_tensor", str(op.result.type), [x])
             op.result.replace_all_uses_with(value.result)
-        _erase_dead(dead)
+        _erase_dead(funcs)
 
     def _roots(self, func: Operation, m: _Matcher) -> list[tuple[Operation, object]]:
         """The maximal stacks in `func`: stack ops used by anything but a larger stack."""
@@ -315,7 +323,8 @@ class HoistParameterStacks(ModulePass):
             op = op.operation
             if op.name in (_CAT, _STACK, *_RESHAPES):
                 e = m.expr(op.result)
-                if e is not None and len(_leaves(e)) >= self.min_operands:
+                # a reshaped parameter is no stack: nothing to compute once
+                if e is not None and isinstance(_data(e), _Join) and len(_leaves(e)) >= self.min_operands:
                     stacks.append((op, e))
             return ir.WalkResult.ADVANCE
 
@@ -347,22 +356,38 @@ def _emit_global(symbol: str, e, loc: Location, anchor: InsertionPoint) -> None:
     Operation.create("util.return", loc=loc, ip=ip)
 
 
-def _tree(op: Operation, into: set[Operation]) -> None:
-    """The pure ops `op` is computed from (itself included)."""
-    if op.name in _PURE and op not in into:
-        into.add(op)
+def _mark_tree(op: Operation) -> None:
+    """Mark the pure ops `op` is computed from (itself included) as erasable once unused."""
+    if op.name in _PURE and _DEAD not in op.attributes:
+        op.attributes[_DEAD] = ir.UnitAttr.get()
         for v in op.operands:
             if (p := _owner(v)) is not None:
-                _tree(p, into)
+                _mark_tree(p)
 
 
-def _erase_dead(ops: set[Operation]) -> None:
-    """Erase the ops of `ops` left without uses, until none is (each op is erased once)."""
-    changed = True
-    while changed:
-        changed = False
-        for op in list(ops):
-            if not any(list(r.uses) for r in op.results):
-                ops.discard(op)
-                op.erase()
-                changed = True
+def _erase_dead(funcs: list[Operation]) -> None:
+    """Erase the marked ops left without uses, sweep after sweep; unmark the rest (still used
+    elsewhere). Each sweep erases only ops found by that sweep's walk: no op is erased twice."""
+    while True:
+        dead: list[Operation] = []
+
+        def collect(op):
+            op = op.operation
+            if _DEAD in op.attributes and not any(list(r.uses) for r in op.results):
+                dead.append(op)
+            return ir.WalkResult.ADVANCE
+
+        for func in funcs:
+            func.walk(collect)
+        if not dead:
+            break
+        for op in dead:
+            op.erase()
+
+    def unmark(op):
+        if _DEAD in op.attributes:
+            del op.attributes[_DEAD]
+        return ir.WalkResult.ADVANCE
+
+    for func in funcs:
+        func.walk(unmark)

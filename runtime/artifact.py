@@ -49,8 +49,9 @@ def publish(tmp: Path, out_dir: Path, manifest: dict) -> None:
         tmp.rename(out_dir)
 
 
-def read_manifest(artifact_dir: Path, verify: bool = True) -> dict:
-    """The manifest of a complete artifact; with verify, checks the vmfb's and shards' hashes."""
+def read_manifest(artifact_dir: Path, verify: bool = True, checkpoint_dir=None) -> dict:
+    """The manifest of a complete artifact; with verify, checks the vmfb's and shards' hashes.
+    `checkpoint_dir` replaces the recorded shard directory (the checkpoint moved)."""
     artifact_dir = Path(artifact_dir)
     path = artifact_dir / MANIFEST
     if not artifact_dir.is_dir():
@@ -65,6 +66,8 @@ def read_manifest(artifact_dir: Path, verify: bool = True) -> dict:
     if manifest.get("format_version") != FORMAT_VERSION:
         raise ArtifactError(f"{path}: format_version {manifest.get('format_version')} is not "
                             f"{FORMAT_VERSION}; recompile with this day0")
+    if checkpoint_dir is not None:
+        manifest["parameters"]["base_dir"] = str(Path(checkpoint_dir).resolve())
     if verify:
         try:
             verify_file_records([manifest["vmfb"]], artifact_dir)

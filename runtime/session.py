@@ -37,12 +37,14 @@ class Session:
         self.reset()
 
     @classmethod
-    def load(cls, artifact_dir, device: str = "local-task", verify: bool = True) -> "Session":
+    def load(cls, artifact_dir, device: str = "local-task", verify: bool = True,
+             checkpoint_dir=None) -> "Session":
         """Load and verify an artifact (hashes of the vmfb and the shards it reads, unless
-        verify=False), then bind its parameters from the original shards."""
+        verify=False), then bind its parameters from the original shards — found where the
+        compile read them, or in `checkpoint_dir` when the checkpoint has moved (another host)."""
         from day0.runtime.vm import VmModule
 
-        manifest = read_manifest(Path(artifact_dir), verify=verify)
+        manifest = read_manifest(Path(artifact_dir), verify=verify, checkpoint_dir=checkpoint_dir)
         params = manifest["parameters"]
         files = [Path(params["base_dir"]) / f["path"] for f in params["files"]]
         vm = VmModule.load(Path(artifact_dir) / VMFB, files, device=device, scope=params["scope"])

@@ -16,15 +16,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from day0.tools.timing import median_seconds
 
-def _median_seconds(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+
 
 
 def bench_day0(artifact: Path, prompt: np.ndarray, steps: int, repeats: int, device: str) -> dict:
@@ -44,7 +38,7 @@ def bench_day0(artifact: Path, prompt: np.ndarray, steps: int, repeats: int, dev
             s.decode(int(prompt[i % len(prompt)]))
         return time.perf_counter() - t
 
-    prefill_s = _median_seconds(prefill, repeats)
+    prefill_s = median_seconds(prefill, repeats)
     decode()
     decode_s = statistics.median(decode() for _ in range(repeats))
     return {"prefill_tok_s": len(prompt) / prefill_s, "decode_tok_s": steps / decode_s}
@@ -72,7 +66,7 @@ def bench_transformers(checkpoint: Path, prompt: np.ndarray, steps: int, repeats
             out.logits[0, -1].numpy()
         return time.perf_counter() - t
 
-    prefill_s = _median_seconds(prefill, repeats)
+    prefill_s = median_seconds(prefill, repeats)
     decode()
     decode_s = statistics.median(decode() for _ in range(repeats))
     return {"prefill_tok_s": len(prompt) / prefill_s, "decode_tok_s": steps / decode_s}
@@ -82,9 +76,9 @@ def machine_rates() -> dict:
     """Measured copy bandwidth (bytes read + written per second, numpy) and f32 matmul rate."""
     src = np.ones(64 << 20, dtype=np.float32)  # 256 MiB
     dst = np.empty_like(src)
-    copy_s = _median_seconds(lambda: np.copyto(dst, src), 5)
+    copy_s = median_seconds(lambda: np.copyto(dst, src), 5)
     a = torch.randn(1024, 1024)
-    mm_s = _median_seconds(lambda: a @ a, 10)
+    mm_s = median_seconds(lambda: a @ a, 10)
     return {"copy_bytes_s": 2 * src.nbytes / copy_s, "matmul_flop_s": 2 * 1024**3 / mm_s}
 
 

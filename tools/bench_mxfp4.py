@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -24,23 +22,16 @@ import torch
 
 import day0.frontend.ops  # noqa: F401  (registers torch.ops.day0.*)
 from day0.frontend.ops import mxfp4_dequantize
+from day0.tools.timing import median_seconds
 
 
-def _median(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 def copy_bandwidth(mib: int = 256, repeats: int = 5) -> float:
     """Bytes per second, read + written, of a numpy copy of `mib` MiB."""
     src = np.ones(mib * 2**20, np.uint8)
     dst = np.empty_like(src)
-    return 2 * src.nbytes / _median(lambda: np.copyto(dst, src), repeats)
+    return 2 * src.nbytes / median_seconds(lambda: np.copyto(dst, src), repeats)
 
 
 class _Linear(torch.nn.Module):
@@ -84,10 +75,10 @@ def bench_shape(N: int, K: int, M: int, repeats: int, work: Path, bandwidth: flo
         got = np.asarray(fn(*args).to_host())
         err = float(np.abs(got - want).max() / np.abs(want).max())
         assert err < 1e-5, (name, err)
-        row[name] = _median(lambda: fn(*args).to_host(), repeats)
+        row[name] = median_seconds(lambda: fn(*args).to_host(), repeats)
     with torch.no_grad():
-        row["eager"] = _median(lambda: torch.ops.day0.mxfp4_linear(x, packed, scales), repeats)
-        row["f32"] = _median(lambda: x @ w.T, repeats)
+        row["eager"] = median_seconds(lambda: torch.ops.day0.mxfp4_linear(x, packed, scales), repeats)
+        row["f32"] = median_seconds(lambda: x @ w.T, repeats)
     row["packed_bytes"] = packed.numel() + scales.numel()
     row["limit"] = row["packed_bytes"] / bandwidth
     return row
