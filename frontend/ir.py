@@ -28,6 +28,8 @@ from iree.compiler.ir import (  # noqa: F401
 )
 from iree.compiler.passmanager import PassManager  # noqa: F401
 
+MLIRError = ir.MLIRError
+
 
 def new_context() -> Context:
     """A context with every dialect IREE knows (torch included) and unregistered ops allowed off."""
@@ -37,6 +39,13 @@ def new_context() -> Context:
 
 
 def parse_module(text: str, ctx: Context | None = None) -> Module:
-    ctx = ctx or new_context()
+    """Parse into `ctx`, else the context of the enclosing `with`, else a new one. (Parsing into a
+    fresh context inside a `with` would let passes mix types of two contexts: invalid IR that
+    only prints in generic form.)"""
+    if ctx is None:
+        try:
+            ctx = Context.current
+        except ValueError:
+            ctx = new_context()
     with ctx:
         return Module.parse(text)

@@ -65,7 +65,7 @@ def compile_checkpoint(checkpoint_dir: Path, out_dir: Path, options: BuildOption
     import torch
 
     from day0.frontend.export import entry_points, export_model
-    from day0.frontend.ir import new_context, parse_module
+    from day0.frontend.ir import MLIRError, new_context, parse_module
     from day0.lowering.compile import compile_mlir
     from day0.lowering.targets import get_target
     from day0.models.checkpoint import Checkpoint
@@ -109,6 +109,10 @@ def compile_checkpoint(checkpoint_dir: Path, out_dir: Path, options: BuildOption
             module = parse_module(exported.mlir)
             for i, p in enumerate(parse_pipeline(pipeline), start=1):
                 p.run(module)
+                try:
+                    module.operation.verify()
+                except MLIRError as e:  # a pass bug, not a user error: say which pass
+                    raise BuildError(f"pass '{p.name}' produced invalid IR: {e}") from None
                 if stages:
                     (stages / f"{i:02d}-{p.name}.mlir").write_text(str(module))
             lowered = str(module)
