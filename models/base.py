@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from day0.models.layers import rope_table
+from day0.models.layers import RMSNorm, rope_table
 
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
@@ -24,6 +24,16 @@ class StateSpec:
     layer: int
     shape: tuple[int, ...]
     dtype: str = "float32"
+
+
+class Backbone(nn.Module):
+    """`model.embed_tokens`, `model.layers.{i}`, `model.norm`: the trunk every checkpoint names."""
+
+    def __init__(self, cfg, layer_cls):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(layer_cls(cfg, i) for i in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
 
 class CausalLM(nn.Module):

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from day0.models.config import ConfigError, require
-from day0.models.base import STATIC_ROPE_TYPES, CausalLM, StateSpec
+from day0.models.base import STATIC_ROPE_TYPES, Backbone, CausalLM, StateSpec
 from day0.models.layers import MLP, RMSNorm
 from day0.models.mla import SparseMLA
 from day0.models.moe import MoE
@@ -85,13 +85,6 @@ class DecoderLayer(nn.Module):
         return h + self.mlp(self.post_attention_layernorm(h)), kv_cache, index_cache
 
 
-class Backbone(nn.Module):
-    def __init__(self, cfg):
-        super().__init__()
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers))
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-
 
 
 class DeepseekV32(CausalLM):
@@ -103,7 +96,7 @@ class DeepseekV32(CausalLM):
     def __init__(self, cfg, max_seq_len: int):
         super().__init__()
         self.cfg, self.max_seq_len = cfg, max_seq_len
-        self.model = Backbone(cfg)
+        self.model = Backbone(cfg, DecoderLayer)
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
 
     def rope_dim(self) -> int:

@@ -43,6 +43,8 @@ from pathlib import Path
 
 import torch
 
+from day0.runtime.files import make_readable
+
 # Bump when anything that changes the written bytes changes (config, tweaks, tokenizer).
 DEMO_VERSION = 1
 DEMO_SEED = 0
@@ -216,7 +218,7 @@ def ensure_demo_checkpoint(path) -> Path:
         total = sum(p.numel() * p.element_size() for p in _demo_model_param_shapes())
         # Shard limit a bit above half the weights: save_pretrained then writes exactly 2 shards.
         write_tiny_checkpoint(tmp, tiny_deepseek_v32_config(), DEMO_SEED, max_shard_size=int(total * 0.6))
-        _make_readable(tmp)
+        make_readable(tmp)
         _write_marker(tmp)
         try:
             os.replace(tmp, path)  # atomic when `path` does not exist (or is an empty dir)
@@ -233,14 +235,6 @@ def ensure_demo_checkpoint(path) -> Path:
             shutil.rmtree(tmp, ignore_errors=True)
     return path
 
-
-def _make_readable(path: Path) -> None:
-    """mkdtemp and the safetensors writer create owner-only modes; use the umask's instead."""
-    umask = os.umask(0)
-    os.umask(umask)
-    path.chmod(0o777 & ~umask)
-    for f in path.iterdir():
-        f.chmod(0o666 & ~umask)
 
 
 def _demo_model_param_shapes():

@@ -18,8 +18,8 @@ from torch import Tensor, nn
 import day0.frontend.ops  # noqa: F401  (registers torch.ops.day0.*)
 from day0.models.attention import SinkAttention
 from day0.models.config import ConfigError, require
-from day0.models.base import STATIC_ROPE_TYPES, CausalLM, StateSpec
-from day0.models.layers import RMSNorm, linear
+from day0.models.base import STATIC_ROPE_TYPES, Backbone, CausalLM, StateSpec
+from day0.models.layers import RMSNorm
 
 MODEL_TYPE = "gpt_oss"
 LAYER_TYPES = ("sliding_attention", "full_attention")
@@ -183,13 +183,6 @@ class DecoderLayer(nn.Module):
         return h + self.mlp(self.post_attention_layernorm(h)), k_cache, v_cache
 
 
-class Backbone(nn.Module):
-    def __init__(self, cfg):
-        super().__init__()
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers))
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-
 
 
 class GptOss(CausalLM):
@@ -199,7 +192,7 @@ class GptOss(CausalLM):
     def __init__(self, cfg, max_seq_len: int):
         super().__init__()
         self.cfg, self.max_seq_len = cfg, max_seq_len
-        self.model = Backbone(cfg)
+        self.model = Backbone(cfg, DecoderLayer)
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         # Per layer: a window in positions, or 0 for full attention.
         self.windows = [cfg.sliding_window if t == "sliding_attention" else 0 for t in cfg.layer_types]

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import day0.frontend.ops  # noqa: F401  (registers torch.ops.day0.*)
-from day0.models.layers import MLP, linear
+from day0.models.layers import MLP
 
 
 def one_hot_sum(indices: Tensor, n: int, values: Tensor | None = None) -> Tensor:

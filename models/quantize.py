@@ -38,6 +38,7 @@ from day0.models.mxfp4 import (
     dequantize, gpt_oss_blocks_to_packed, gpt_oss_names, gpt_oss_quantization_config,
     packed_to_gpt_oss_blocks, quant_method_of, quantization_config_of, quantize,
 )
+from day0.runtime.files import make_readable
 
 LAYOUTS = ("gpt-oss", "compressed-tensors")
 # Files besides config.json and the shards that travel with a checkpoint.
@@ -288,20 +289,12 @@ def _write(ckpt: Checkpoint, dst: Path, plans: dict[Path, Plan], config: dict) -
         for name in SIDECARS:
             if (ckpt.dir / name).is_file():
                 shutil.copyfile(ckpt.dir / name, tmp / name)
-        _make_readable(tmp)
+        make_readable(tmp)
         os.replace(tmp, dst)  # atomic; dst is absent or an empty directory
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return dst
 
-
-def _make_readable(path: Path) -> None:
-    """mkdtemp and the safetensors writer create owner-only modes; use the umask's instead."""
-    umask = os.umask(0)
-    os.umask(umask)
-    path.chmod(0o777 & ~umask)
-    for f in path.iterdir():
-        f.chmod(0o666 & ~umask)
 
 

@@ -19,7 +19,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, get_type_hints
 
-from day0.frontend.ir import Location, Module, Operation
+from day0.frontend.ir import Location, Module, Operation, StringAttr, ir
 
 
 # ---------------------------------------------------------------------------------------------
@@ -163,3 +163,39 @@ class ModulePass:
 
 def _format(value: Any) -> str:
     return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers every pass uses
+
+
+def operator_name(op: Operation) -> str | None:
+    """The `name` of a `torch.operator` (e.g. "torch.day0.dsa_attention"), else None."""
+    if op.name != "torch.operator" or "name" not in op.attributes:
+        return None
+    return StringAttr(op.attributes["name"]).value
+
+
+def collect_ops(module_op: Operation, match) -> list[Operation]:
+    """Every op under module_op (pre-order) for which match(op) is true, gathered before any
+    rewrite so that rewriting cannot disturb the walk."""
+    found: list[Operation] = []
+
+    def visit(op):
+        op = op.operation
+        if match(op):
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module_op.walk(visit)
+    return found
+
+
+def unique_symbol(base: str, taken: set[str]) -> str:
+    """base, or base_1, base_2, … — the first not in taken (which then holds it)."""
+    name, n = base, 0
+    while name in taken:
+        n += 1
+        name = f"{base}_{n}"
+    taken.add(name)
+    return name

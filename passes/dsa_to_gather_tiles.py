@@ -39,12 +39,10 @@ from day0.frontend.ir import (
     IntegerAttr,
     IntegerType,
     Operation,
-    StringAttr,
     Type,
     Value,
-    ir,
 )
-from day0.passes.base import DiagnosticEngine, ModulePass
+from day0.passes.base import DiagnosticEngine, ModulePass, collect_ops, operator_name
 
 OP_NAME = "torch.day0.dsa_attention"
 _FLOAT_DTYPES = {"f32": -1.0e30, "bf16": -1.0e30, "f16": -3.0e4}  # dtype -> NEG (finite)
@@ -304,16 +302,7 @@ class DsaToGatherTiles(ModulePass):
         return min(tile, site.K)
 
     def apply(self, module_op: Operation, diag: DiagnosticEngine) -> None:
-        ops: list[Operation] = []
-
-        def collect(op):
-            op = op.operation
-            if op.name == "torch.operator" and _operator_name(op) == OP_NAME:
-                ops.append(op)
-            return ir.WalkResult.ADVANCE
-
-        module_op.walk(collect)
-        for op in ops:
+        for op in collect_ops(module_op, lambda op: operator_name(op) == OP_NAME):
             site = _check(op, diag)
             if site is None:
                 continue
@@ -330,5 +319,3 @@ class DsaToGatherTiles(ModulePass):
             _erase_if_unused(vdim_v)
 
 
-def _operator_name(op: Operation) -> str | None:
-    return StringAttr(op.attributes["name"]).value if "name" in op.attributes else None

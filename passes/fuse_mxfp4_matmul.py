@@ -49,8 +49,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from day0.frontend.ir import InsertionPoint, Module, Operation, StringAttr, Value, ir
-from day0.passes.base import DiagnosticEngine, ModulePass
+from day0.frontend.ir import Module, Operation
+from day0.passes.base import DiagnosticEngine, ModulePass, collect_ops, operator_name
 from day0.passes.dsa_to_gather_tiles import TensorType
 
 LINEAR = "torch.day0.mxfp4_linear"
@@ -394,19 +394,8 @@ class FuseMxfp4Matmul(ModulePass):
             raise ValueError(f"prefill must be one of {', '.join(_PREFILL_FORMS)}, got '{self.prefill}'")
 
     def apply(self, module_op: Operation, diag: DiagnosticEngine) -> None:
-        ops: list[tuple[Operation, bool]] = []
-
-        def collect(op):
-            op = op.operation
-            if op.name == "torch.operator":
-                name = StringAttr(op.attributes["name"]).value if "name" in op.attributes else None
-                if name in (LINEAR, MOE):
-                    ops.append((op, name == MOE))
-            return ir.WalkResult.ADVANCE
-
-        module_op.walk(collect)
-        for op, moe in ops:
-            site = _check(op, moe, diag)
+        for op in collect_ops(module_op, lambda op: operator_name(op) in (LINEAR, MOE)):
+            site = _check(op, operator_name(op) == MOE, diag)
             if site is None:
                 continue
             with op.location:

@@ -49,7 +49,7 @@ from day0.frontend.ir import (
     Value,
     ir,
 )
-from day0.passes.base import DiagnosticEngine, ModulePass
+from day0.passes.base import DiagnosticEngine, ModulePass, unique_symbol
 from day0.passes.parameters_to_globals import builtin_tensor_type
 
 _CAT, _STACK = "torch.aten.cat", "torch.aten.stack"
@@ -251,12 +251,7 @@ def _stack_name(e, taken: set[str]) -> str:
         base = ".".join(parts)
     else:
         base = "stacked." + names[0][0]
-    name, n = base, 0
-    while name in taken:
-        n += 1
-        name = f"{base}_{n}"
-    taken.add(name)
-    return name
+    return unique_symbol(base, taken)
 
 
 # ---------------------------------------------------------------------------------------------

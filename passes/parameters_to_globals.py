@@ -30,9 +30,9 @@ from day0.frontend.ir import (
     StringAttr,
     Type,
     TypeAttr,
-    ir,
 )
-from day0.passes.base import DiagnosticEngine, ModulePass, file_position, loc_string
+from day0.passes.base import (DiagnosticEngine, ModulePass, collect_ops, file_position, loc_string,
+                              operator_name, unique_symbol)
 
 OP_NAME = "torch.day0.parameter"
 KEY_ATTR = "day0.key"
@@ -55,12 +55,7 @@ def _symbol_name(key: str, taken: set[str]) -> str:
     base = re.sub(r"[^A-Za-z0-9_.$]", "_", key)
     if not re.match(r"[A-Za-z_]", base):
         base = "_" + base
-    name, n = base, 0
-    while name in taken:
-        n += 1
-        name = f"{base}_{n}"
-    taken.add(name)
-    return name
+    return unique_symbol(base, taken)
 
 
 @dataclass(frozen=True)
@@ -80,13 +75,8 @@ class ParametersToGlobals(ModulePass):
         sites: list[tuple[Operation, str, str]] = []  # (op, key, builtin tensor type)
         first: dict[str, tuple[Operation, str]] = {}  # key -> (first op, its torch type)
 
-        def collect(op):
-            op = op.operation
-            if op.name == "torch.operator" and _operator_name(op) == OP_NAME:
-                _check(op, first, sites, diag)
-            return ir.WalkResult.ADVANCE
-
-        module_op.walk(collect)
+        for op in collect_ops(module_op, lambda op: operator_name(op) == OP_NAME):
+            _check(op, first, sites, diag)
         if diag.diagnostics or not sites:
             return
 
@@ -161,5 +151,3 @@ def _check(op, first, sites, diag: DiagnosticEngine) -> None:
     sites.append((op, key, tensor))
 
 
-def _operator_name(op: Operation) -> str | None:
-    return StringAttr(op.attributes["name"]).value if "name" in op.attributes else None

@@ -57,7 +57,7 @@ from day0.frontend.ir import (
     Value,
     ir,
 )
-from day0.passes.base import DiagnosticEngine, ModulePass
+from day0.passes.base import DiagnosticEngine, ModulePass, collect_ops
 from day0.passes.dsa_to_gather_tiles import TensorType, TorchBuilder
 
 OP_NAME = "torch.aten.topk"
@@ -217,16 +217,7 @@ class TopkToLinalgExt(ModulePass):
             raise ValueError(f"min-size must be >= 0, got {self.min_size}")
 
     def apply(self, module_op: Operation, diag: DiagnosticEngine) -> None:
-        ops: list[Operation] = []
-
-        def collect(op):
-            op = op.operation
-            if op.name == OP_NAME:
-                ops.append(op)
-            return ir.WalkResult.ADVANCE
-
-        module_op.walk(collect)
-        for op in ops:
+        for op in collect_ops(module_op, lambda op: op.name == OP_NAME):
             site = _check(op, diag)
             if site is None:
                 continue

@@ -2,6 +2,7 @@
 their verification. Torch-free: the runtime loads artifacts without importing PyTorch."""
 
 import hashlib
+import os
 from pathlib import Path
 from typing import Iterable
 
@@ -49,3 +50,12 @@ def verify_file_records(records: Iterable[dict], base_dir: str | Path) -> None:
         if digest != r["sha256"]:
             raise FileRecordError(f"weight file {p} changed after compile: sha256 is {digest}, "
                                   f"recorded {r['sha256']}")
+
+
+def make_readable(path: Path) -> None:
+    """mkdtemp and the safetensors writer create owner-only modes; use the umask's instead."""
+    umask = os.umask(0)
+    os.umask(umask)
+    path.chmod(0o777 & ~umask)
+    for f in path.iterdir():
+        f.chmod(0o666 & ~umask)
