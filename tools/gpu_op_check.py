@@ -1,0 +1,144 @@
+"""Per-op check of a GPU target against the CPU: the building blocks of a day0 prefill/decode
+step, each exported alone with a dynamic sequence length, run through day0's passes, compiled
+for `llvm-cpu` and for the GPU target.
+
+    python -m day0.tools.gpu_op_check build DIR [--target cuda-sm90]   # here: vmfbs + CPU outputs
+    python -m day0.tools.gpu_op_check run DIR [--device cuda]          # GPU host: numpy + iree runtime
+
+`run` executes each case in a child process with a timeout (a device fault must not hang the
+whole check) and prints one line per case: max relative error against the CPU, or the failure.
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+S = 12  # the sequence length the cases run at (exported dynamic)
+
+
+def _cases():
+    import torch
+    import torch.nn.functional as F
+
+    import day0.frontend.ops  # noqa: F401
+    from day0.models.dsa_indexer import select_topk
+
+    g = torch.Generator().manual_seed(0)
+    r = lambda *shape: torch.randn(*shape, generator=g)  # noqa: E731
+    T = 64
+
+    def causal(x):
+        vis = torch.arange(x.shape[1])[None, :] <= torch.arange(x.shape[0])[:, None]
+        return x.masked_fill(~vis, float("-inf"))
+
+    idx = torch.stack([torch.randperm(S, generator=g)[:8] for _ in range(S)])
+    idx[:4, 4:] = -1
+    packed = torch.randint(0, 255, (4, 32, 32), dtype=torch.uint8, generator=g)
+    scales = torch.randint(120, 130, (4, 32, 2), dtype=torch.uint8, generator=g)
+    return {
+        # name: (fn, args, dynamic dims per arg)
+        "topk_masked": (lambda x: select_topk(causal(x), 8), (r(S, T),), ({0: "s"},)),
+        "topk_padded": (lambda x: select_topk(F.pad(causal(x), (0, 8), value=float("-inf")), 8),
+                        (r(S, S),), ({0: "s", 1: "s"},)),
+        "dsa_prefill": (lambda q, kv, i: torch.ops.day0.dsa_attention(q, kv, i, 0.25, 16),
+                        (r(S, 4, 24), r(T, 24), idx), ({0: "s"}, None, {0: "s"})),
+        "index_copy": (lambda rows, cache, start: cache.index_copy(
+                           0, start + torch.arange(rows.shape[0]), rows) * 1.0,
+                       (r(S, 24), r(T, 24), torch.tensor([3])), ({0: "s"}, None, None)),
+        "indexer_scores": (lambda q, k: torch.einsum("shd,td->sht", q, k).relu().sum(1),
+                           (r(S, 16, 32), r(T, 32)), ({0: "s"}, None)),
+        "mxfp4_moe": (lambda x, e: torch.ops.day0.mxfp4_moe(x, packed, scales, e),
+                      (r(S, 64), torch.randint(0, 4, (S, 2), generator=g)), ({0: "s"}, {0: "s"})),
+        "embedding_rope": (lambda ids, table: table.index_select(0, ids).cos(),
+                           (torch.randint(0, 100, (S,), generator=g), r(100, 8)), ({0: "s"}, None)),
+    }
+
+
+def build(out: Path, target: str) -> None:
+    import torch
+    from torch_mlir import fx
+
+    from day0.frontend.ir import new_context, parse_module
+    from day0.lowering.compile import compile_mlir
+    from day0.passes.pipeline import run_pipeline
+    from day0.runtime.vm import VmModule
+
+    out.mkdir(parents=True, exist_ok=True)
+    index = {}
+    for name, (fn, args, dims) in _cases().items():
+        seq = torch.export.Dim("s", min=2, max=64)
+        shapes = tuple(None if d is None else {k: seq for k in d} for d in dims)
+
+        class M(torch.nn.Module):
+            def forward(self, *a):
+                return fn(*a)
+
+        m = fx.export_and_import(M(), *args, output_type="raw", dynamic_shapes=(shapes,), func_name="main")
+        with new_context():
+            module = parse_module(str(m))
+            run_pipeline(module, "builtin.module(topk-to-linalg-ext,fuse-mxfp4-matmul,dsa-to-gather-tiles{tile=4})")
+            text = str(module)
+        compile_mlir(text, "llvm-cpu", out / f"{name}.cpu.vmfb")
+        compile_mlir(text, target, out / f"{name}.gpu.vmfb")
+        inputs = [a.numpy() for a in args]
+        want = VmModule.load(out / f"{name}.cpu.vmfb").function("main")(*inputs).to_host()
+        np.savez(out / f"{name}.npz", *inputs, expected=want)
+        index[name] = len(inputs)
+    (out / "cases.json").write_text(json.dumps(index))
+
+
+def run_one(out: Path, name: str, device: str) -> None:
+    from day0.runtime.vm import VmModule
+
+    data = np.load(out / f"{name}.npz")
+    n = json.loads((out / "cases.json").read_text())[name]
+    got = VmModule.load(out / f"{name}.gpu.vmfb", device=device).function("main")(
+        *[data[f"arr_{i}"] for i in range(n)]).to_host()
+    want = data["expected"]
+    err = float(np.abs(got.astype(np.float64) - want).max() / max(np.abs(want).max(), 1e-30))
+    print(json.dumps({"case": name, "rel_err": err}))
+
+
+def run(out: Path, device: str, timeout: float) -> list[dict]:
+    results = []
+    for name in json.loads((out / "cases.json").read_text()):
+        try:
+            p = subprocess.run([sys.executable, "-m", "day0.tools.gpu_op_check", "_one", str(out), name,
+                                "--device", device], capture_output=True, text=True, timeout=timeout)
+            line = p.stdout.strip().splitlines()[-1] if p.returncode == 0 and p.stdout.strip() else None
+            res = json.loads(line) if line else {"case": name, "error": (p.stderr.strip().splitlines() or ["?"])[-1]}
+        except subprocess.TimeoutExpired:
+            res = {"case": name, "error": f"timed out after {timeout} s"}
+        print(json.dumps(res), flush=True)
+        results.append(res)
+    return results
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="day0-gpu-op-check")
+    p.add_argument("mode", choices=["build", "run", "_one"])
+    p.add_argument("dir")
+    p.add_argument("case", nargs="?")
+    p.add_argument("--target", default="cuda-sm90")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--timeout", type=float, default=60)
+    p.add_argument("--json", default=None)
+    a = p.parse_args(argv)
+    out = Path(a.dir)
+    if a.mode == "build":
+        build(out, a.target)
+    elif a.mode == "_one":
+        run_one(out, a.case, a.device)
+    else:
+        results = run(out, a.device, a.timeout)
+        if a.json:
+            Path(a.json).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
