@@ -12,7 +12,7 @@ bytes == packed bytes on disk; peak of compile + first token < 1.2 × checkpoint
 
 import argparse
 import json
-import resource
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -39,11 +39,15 @@ print(json.dumps({"before": before, "after": after, "state": sum(s.state_bytes()
 
 
 def _peak_rss_of(cmd: list[str]) -> tuple[int, str]:
-    """Run cmd in a child; its peak RSS in bytes (ru_maxrss of the child) and its stdout."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return max(peak, before) * 1024, out
+    """Run cmd in a child; its own peak RSS in bytes (wait4's rusage of that child alone) and
+    its stdout."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
+        raise subprocess.CalledProcessError(proc.returncode, cmd)
+    return usage.ru_maxrss * 1024, out
 
 
 def main(argv=None) -> int:
@@ -54,13 +58,20 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="day0-bench-memory")
     p.add_argument("--workdir", default=".cache/bench-memory")
     p.add_argument("--json", default=None)
+    p.add_argument("--make-checkpoint", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     work = Path(a.workdir)
+    if a.make_checkpoint:
+        write_tiny_checkpoint(work / "ckpt-f32", tiny_deepseek_v32_config(**CONFIG), seed=0,
+                              max_shard_size="200MB", tokenizer=False)
+        quantize_checkpoint(work / "ckpt-f32", work / "ckpt-mxfp4", "compressed-tensors")
+        return 0
     dense, packed = work / "ckpt-f32", work / "ckpt-mxfp4"
     if not packed.exists():
-        write_tiny_checkpoint(dense, tiny_deepseek_v32_config(**CONFIG), seed=0, max_shard_size="200MB",
-                              tokenizer=False)
-        quantize_checkpoint(dense, packed, "compressed-tensors")
+        # In a child: building the model here would leave this process large, and children forked
+        # from a large process report its size as their own peak (ru_maxrss survives exec).
+        subprocess.run([sys.executable, "-m", "day0.tools.bench_memory", "--workdir", str(work),
+                        "--make-checkpoint"], check=True)
     ckpt = Checkpoint.open(packed)
     expert_bytes = sum(t.nbytes for n, t in ckpt.tensors.items() if ".mlp.experts." in n)
     total_bytes = sum(f.stat().st_size for f in ckpt.files)
