@@ -9,6 +9,9 @@
 Tie rule: among equal scores the lower position wins. The eager path sorts stably to get exactly
 that; the exported path uses aten.topk, which IREE lowers keeping the lower index (tested).
 Invisible slots come back as -1, the empty-slot marker `day0::dsa_attention` understands.
+They are masked with a large finite negative score, not -inf: IREE's CUDA top-k does not insert
+elements equal to its -inf initial value, so a row with fewer visible keys than k came back with
+position 0 repeated (measured on the H200 by tools/gpu_op_check.py).
 """
 
 import torch
@@ -18,15 +21,18 @@ from torch import Tensor, nn
 from day0.models.layers import linear, rotate_half_split
 
 
+INVISIBLE = -1e30  # the score of a position a query may not select
+
+
 def select_topk(scores: Tensor, k: int) -> Tensor:
     """Indices [S, k] int64 of the k largest scores per row, lower index first on ties, -1 where
-    the selected score is -inf (an invisible position)."""
+    the selected score is INVISIBLE or lower (-inf included)."""
     if torch.compiler.is_exporting():
         values, indices = torch.topk(scores, k, dim=-1)
     else:
         values, indices = torch.sort(scores, dim=-1, descending=True, stable=True)
         values, indices = values[:, :k], indices[:, :k]
-    return torch.where(values == float("-inf"), torch.full_like(indices, -1), indices)
+    return torch.where(values <= INVISIBLE, torch.full_like(indices, -1), indices)
 
 
 class Indexer(nn.Module):
@@ -57,8 +63,8 @@ class Indexer(nn.Module):
         scores = F.relu(torch.einsum("shd,td->sht", q, key_cache) * self.head_dim**-0.5)  # [S, H_I, T]
         weights = linear(x, self.weights_proj) * self.heads**-0.5  # [S, H_I]
         index = torch.einsum("sh,sht->st", weights, scores)  # [S, T]
-        index = index.masked_fill(~visible, float("-inf"))
+        index = index.masked_fill(~visible, INVISIBLE)
         # k empty columns keep top-k defined when fewer than k keys are in range (a short first
         # prefill over its own L = S keys); they come back as -1 like any invisible slot.
-        index = F.pad(index, (0, k), value=float("-inf"))
+        index = F.pad(index, (0, k), value=INVISIBLE)
         return select_topk(index, k)

@@ -25,7 +25,7 @@ def _cases():
     import torch.nn.functional as F
 
     import day0.frontend.ops  # noqa: F401
-    from day0.models.dsa_indexer import select_topk
+    from day0.models.dsa_indexer import INVISIBLE, select_topk
 
     g = torch.Generator().manual_seed(0)
     r = lambda *shape: torch.randn(*shape, generator=g)  # noqa: E731
@@ -33,16 +33,20 @@ def _cases():
 
     def causal(x):
         vis = torch.arange(x.shape[1])[None, :] <= torch.arange(x.shape[0])[:, None]
-        return x.masked_fill(~vis, float("-inf"))
+        return x.masked_fill(~vis, INVISIBLE)
 
     idx = torch.stack([torch.randperm(S, generator=g)[:8] for _ in range(S)])
     idx[:4, 4:] = -1
     packed = torch.randint(0, 255, (4, 32, 32), dtype=torch.uint8, generator=g)
     scales = torch.randint(120, 130, (4, 32, 2), dtype=torch.uint8, generator=g)
-    return {
+    rows = {f"topk_random_T{n}": (lambda x: torch.topk(x, 8).indices, (r(S, n),), ({0: "s"},))
+            for n in (16, 64, 512)}
+    rows |= {f"topk_masked_T{n}": (lambda x: select_topk(causal(x), 8), (r(S, n),), ({0: "s"},))
+             for n in (16, 512)}
+    return rows | {
         # name: (fn, args, dynamic dims per arg)
         "topk_masked": (lambda x: select_topk(causal(x), 8), (r(S, T),), ({0: "s"},)),
-        "topk_padded": (lambda x: select_topk(F.pad(causal(x), (0, 8), value=float("-inf")), 8),
+        "topk_padded": (lambda x: select_topk(F.pad(causal(x), (0, 8), value=INVISIBLE), 8),
                         (r(S, S),), ({0: "s", 1: "s"},)),
         "dsa_prefill": (lambda q, kv, i: torch.ops.day0.dsa_attention(q, kv, i, 0.25, 16),
                         (r(S, 4, 24), r(T, 24), idx), ({0: "s"}, None, {0: "s"})),
@@ -91,7 +95,7 @@ def build(out: Path, target: str) -> None:
     (out / "cases.json").write_text(json.dumps(index))
 
 
-def run_one(out: Path, name: str, device: str) -> None:
+def run_one(out: Path, name: str, device: str, save_dir: str | None = None) -> None:
     from day0.runtime.vm import VmModule
 
     data = np.load(out / f"{name}.npz")
@@ -100,15 +104,19 @@ def run_one(out: Path, name: str, device: str) -> None:
         *[data[f"arr_{i}"] for i in range(n)]).to_host()
     want = data["expected"]
     err = float(np.abs(got.astype(np.float64) - want).max() / max(np.abs(want).max(), 1e-30))
+    if err > 0 and save_dir is not None:  # keep the evidence of a mismatch
+        np.savez(Path(save_dir) / f"{name}.mismatch.npz", got=got, expected=want)
     print(json.dumps({"case": name, "rel_err": err}))
 
 
-def run(out: Path, device: str, timeout: float) -> list[dict]:
+def run(out: Path, device: str, timeout: float, save_dir: str | None = None) -> list[dict]:
     results = []
     for name in json.loads((out / "cases.json").read_text()):
         try:
-            p = subprocess.run([sys.executable, "-m", "day0.tools.gpu_op_check", "_one", str(out), name,
-                                "--device", device], capture_output=True, text=True, timeout=timeout)
+            cmd = [sys.executable, "-m", "day0.tools.gpu_op_check", "_one", str(out), name, "--device", device]
+            if save_dir:
+                cmd += ["--save", save_dir]
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
             line = p.stdout.strip().splitlines()[-1] if p.returncode == 0 and p.stdout.strip() else None
             res = json.loads(line) if line else {"case": name, "error": (p.stderr.strip().splitlines() or ["?"])[-1]}
         except subprocess.TimeoutExpired:
@@ -127,14 +135,15 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cuda")
     p.add_argument("--timeout", type=float, default=60)
     p.add_argument("--json", default=None)
+    p.add_argument("--save", default=None, help="write got/expected of mismatching cases here")
     a = p.parse_args(argv)
     out = Path(a.dir)
     if a.mode == "build":
         build(out, a.target)
     elif a.mode == "_one":
-        run_one(out, a.case, a.device)
+        run_one(out, a.case, a.device, a.save)
     else:
-        results = run(out, a.device, a.timeout)
+        results = run(out, a.device, a.timeout, a.save)
         if a.json:
             Path(a.json).write_text(json.dumps(results, indent=2))
     return 0
