@@ -66,7 +66,7 @@ def main(argv=None) -> int:
                               max_shard_size="200MB", tokenizer=False)
         quantize_checkpoint(work / "ckpt-f32", work / "ckpt-mxfp4", "compressed-tensors")
         return 0
-    dense, packed = work / "ckpt-f32", work / "ckpt-mxfp4"
+    packed = work / "ckpt-mxfp4"
     if not packed.exists():
         # In a child: building the model here would leave this process large, and children forked
         # from a large process report its size as their own peak (ru_maxrss survives exec).
