@@ -29,93 +29,16 @@ is one tile's scores [S, H, tile]. Neither form materialises a seq × seq (or T 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-from day0.frontend.ir import (
-    Attribute,
-    FloatAttr,
-    InsertionPoint,
-    IntegerAttr,
-    IntegerType,
-    Operation,
-    Type,
-    Value,
-)
+from day0.frontend.ir import Operation, Value
 from day0.passes.base import DiagnosticEngine, ModulePass, collect_ops, operator_name
+from day0.passes.torch_ir import TensorType, TorchBuilder, fmt_dim, fmt_dims, torch_constant
 
 OP_NAME = "torch.day0.dsa_attention"
 _FLOAT_DTYPES = {"f32": -1.0e30, "bf16": -1.0e30, "f16": -3.0e4}  # dtype -> NEG (finite)
 _INDEX_DTYPES = ("si64", "si32")
 _TINY = 1.0e-30  # l is 0 (all slots empty) or >= 1 (the max slot adds exp(0))
-
-_VTENSOR = re.compile(r"^!torch\.vtensor<\[([^\]]*)\],(\w+)>$")
-
-
-# ---------------------------------------------------------------------------------------------
-# torch types and op building
-
-
-@dataclass(frozen=True)
-class TensorType:
-    """A `!torch.vtensor` type: dims (None = dynamic) and dtype spelling (f32, si64, i1...)."""
-
-    dims: tuple[int | None, ...]
-    dtype: str
-
-    @staticmethod
-    def of(value: Value) -> TensorType | None:
-        m = _VTENSOR.match(str(value.type))
-        if not m:
-            return None
-        dims = tuple(None if d == "?" else int(d) for d in m.group(1).split(",") if d)
-        return TensorType(dims, m.group(2))
-
-    def mlir(self) -> Type:
-        dims = ",".join("?" if d is None else str(d) for d in self.dims)
-        return Type.parse(f"!torch.vtensor<[{dims}],{self.dtype}>")
-
-
-class TorchBuilder:
-    """Builds torch dialect ops before one op, at that op's location (constants are shared)."""
-
-    def __init__(self, before: Operation):
-        self.ip = InsertionPoint(before)
-        self.loc = before.location
-        self._consts: dict[tuple[str, object], Value] = {}
-
-    def op(self, name: str, operands: list[Value], result: TensorType | str, attrs=None) -> Value:
-        rtype = result.mlir() if isinstance(result, TensorType) else Type.parse(result)
-        op = Operation.create(
-            name, results=[rtype], operands=operands, attributes=attrs or {}, loc=self.loc, ip=self.ip
-        )
-        return op.result
-
-    def _const(self, kind: str, value: object, make) -> Value:
-        key = (kind, value)
-        if key not in self._consts:
-            self._consts[key] = make()
-        return self._consts[key]
-
-    def int(self, v: int) -> Value:
-        attr = {"value": IntegerAttr.get(IntegerType.get_signless(64), v)}
-        return self._const("int", v, lambda: self.op("torch.constant.int", [], "!torch.int", attr))
-
-    def float(self, v: float) -> Value:
-        attr = {"value": FloatAttr.get_f64(v)}
-        return self._const("float", v, lambda: self.op("torch.constant.float", [], "!torch.float", attr))
-
-    def bool(self, v: bool) -> Value:
-        attr = {"value": Attribute.parse("true" if v else "false")}
-        return self._const("bool", v, lambda: self.op("torch.constant.bool", [], "!torch.bool", attr))
-
-    def none(self) -> Value:
-        return self._const("none", None, lambda: self.op("torch.constant.none", [], "!torch.none"))
-
-    def ints(self, vs: list[int]) -> Value:
-        items = [self.int(v) for v in vs]
-        return self.op("torch.prim.ListConstruct", items, "!torch.list<int>")
-
 
 # ---------------------------------------------------------------------------------------------
 # the rewrite
@@ -138,14 +61,6 @@ class _Site:
     dtype: str
     idx_dtype: str
 
-
-def _constant_operand(value: Value, op_name: str) -> object | None:
-    owner = value.owner
-    if not isinstance(owner, Operation) and hasattr(owner, "operation"):
-        owner = owner.operation
-    if getattr(owner, "name", None) != op_name:
-        return None
-    return owner.attributes["value"].value
 
 
 def _check(op: Operation, diag: DiagnosticEngine) -> _Site | None:
@@ -173,26 +88,19 @@ def _check(op: Operation, diag: DiagnosticEngine) -> _Site | None:
     if Dk != D:
         return fail(f"kv row size {Dk} differs from the query size {D}")
     if Si != S:
-        return fail(f"indices have {_dim(Si)} rows but there are {_dim(S)} queries")
-    scale = _constant_operand(scale_v, "torch.constant.float")
+        return fail(f"indices have {fmt_dim(Si)} rows but there are {fmt_dim(S)} queries")
+    scale = torch_constant(scale_v, "torch.constant.float")
     if scale is None:
         return fail("scale must come from torch.constant.float")
-    V = _constant_operand(vdim_v, "torch.constant.int")
+    V = torch_constant(vdim_v, "torch.constant.int")
     if V is None:
         return fail("value_dim must come from torch.constant.int")
     if not 0 < V <= D:
         return fail(f"value_dim {V} must be in [1, {D}] (values are kv[:, :value_dim])")
     if out.dims[1:] != (H, V) or out.dims[0] != S:
-        return fail(f"result must be [{_dim(S)},{H},{V}], got {_dims(out.dims)}")
+        return fail(f"result must be [{fmt_dim(S)},{H},{V}], got {fmt_dims(out.dims)}")
     return _Site(op, q_v, kv_v, idx_v, S, H, D, K, V, scale, q.dtype, idx.dtype)
 
-
-def _dim(d: int | None) -> str:
-    return "?" if d is None else str(d)
-
-
-def _dims(dims) -> str:
-    return "[" + ",".join(_dim(d) for d in dims) + "]"
 
 
 def _type_of(what: str, op: Operation) -> str:

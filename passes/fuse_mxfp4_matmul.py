@@ -51,7 +51,7 @@ from dataclasses import dataclass
 
 from day0.frontend.ir import Module, Operation
 from day0.passes.base import DiagnosticEngine, ModulePass, collect_ops, operator_name
-from day0.passes.dsa_to_gather_tiles import TensorType
+from day0.passes.torch_ir import TensorType, fmt_dim, fmt_dims
 
 LINEAR = "torch.day0.mxfp4_linear"
 MOE = "torch.day0.mxfp4_moe"
@@ -108,11 +108,11 @@ def _check(op: Operation, moe: bool, diag: DiagnosticEngine) -> _Site | None:
         return fail(f"packed has {half} bytes a row, expected K/2 = {K // 2} for x's K={K}")
     want_scales = (*E, N, K // 32)
     if scales.dims != want_scales:
-        return fail(f"scales must be {_dims(want_scales)} (one byte per 32 values), got {_dims(scales.dims)}")
+        return fail(f"scales must be {fmt_dims(want_scales)} (one byte per 32 values), got {fmt_dims(scales.dims)}")
     if not moe:
         out = rest[0]
         if out.dtype != "f32" or out.dims != (lead, N):
-            return fail(f"result must be f32 {_dims((lead, N))}, got {out.dtype} {_dims(out.dims)}")
+            return fail(f"result must be f32 {fmt_dims((lead, N))}, got {out.dtype} {fmt_dims(out.dims)}")
         return _Site(op, False, lead, N, K)
     experts, out = rest
     if experts.dtype not in _INDEX_DTYPES:
@@ -120,19 +120,12 @@ def _check(op: Operation, moe: bool, diag: DiagnosticEngine) -> _Site | None:
     if experts.dims[1] is None:
         return fail("the number of experts per token k must be static")
     if experts.dims[0] != lead:
-        return fail(f"experts have {_dim(experts.dims[0])} rows but x has {_dim(lead)} tokens")
+        return fail(f"experts have {fmt_dim(experts.dims[0])} rows but x has {fmt_dim(lead)} tokens")
     want = (lead, experts.dims[1], N)
     if out.dtype != "f32" or out.dims != want:
-        return fail(f"result must be f32 {_dims(want)}, got {out.dtype} {_dims(out.dims)}")
+        return fail(f"result must be f32 {fmt_dims(want)}, got {out.dtype} {fmt_dims(out.dims)}")
     return _Site(op, True, lead, N, K, E[0], experts.dims[1], experts.dtype)
 
-
-def _dim(d: int | None) -> str:
-    return "?" if d is None else str(d)
-
-
-def _dims(dims) -> str:
-    return "[" + ",".join(_dim(d) for d in dims) + "]"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,24 +192,24 @@ class _Template:
 
     def signature(self) -> str:
         s = self.s
-        x = f"!torch.vtensor<[{_dim(s.lead)},{s.K}],f32>"
+        x = f"!torch.vtensor<[{fmt_dim(s.lead)},{s.K}],f32>"
         e = [s.E] if s.moe else []
         p = f"!torch.vtensor<[{','.join(map(str, [*e, s.N, self.KB]))}],ui8>"
         sc = f"!torch.vtensor<[{','.join(map(str, [*e, s.N, self.G]))}],ui8>"
         args = [f"%x: {x}", f"%p: {p}", f"%s: {sc}"]
         if s.moe:
-            args.append(f"%experts: !torch.vtensor<[{_dim(s.lead)},{s.k}],{s.experts_dtype}>")
+            args.append(f"%experts: !torch.vtensor<[{fmt_dim(s.lead)},{s.k}],{s.experts_dtype}>")
         return ", ".join(args)
 
     def result_type(self) -> str:
         s = self.s
-        return f"!torch.vtensor<[{_dim(s.lead)},{s.k},{s.N}],f32>" if s.moe else f"!torch.vtensor<[{_dim(s.lead)},{s.N}],f32>"
+        return f"!torch.vtensor<[{fmt_dim(s.lead)},{s.k},{s.N}],f32>" if s.moe else f"!torch.vtensor<[{fmt_dim(s.lead)},{s.N}],f32>"
 
     def inputs(self) -> str:
         """x to builtin (+ its dynamic row count), the weight's bytes and scales (gathered for moe)."""
         s, L, K, KB, G, N = self.s, self.L, self.s.K, self.KB, self.G, self.s.N
         text = f"""
-  %xb = torch_c.to_builtin_tensor %x : !torch.vtensor<[{_dim(L)},{K}],f32> -> tensor<{_shape(L, K)}xf32>"""
+  %xb = torch_c.to_builtin_tensor %x : !torch.vtensor<[{fmt_dim(L)},{K}],f32> -> tensor<{_shape(L, K)}xf32>"""
         if self.dyn:
             text += f"""
   %c0 = arith.constant 0 : index
@@ -232,11 +225,11 @@ class _Template:
   %int-1 = torch.constant.int -1
   %int0 = torch.constant.int 0
   %flat = torch.prim.ListConstruct %int-1 : (!torch.int) -> !torch.list<int>
-  %ef = torch.aten.view %experts, %flat : !torch.vtensor<[{_dim(L)},{k}],{ed}>, !torch.list<int> -> !torch.vtensor<[{_dim(Tk)}],{ed}>
-  %pg = torch.aten.index_select %p, %int0, %ef : !torch.vtensor<[{E},{N},{KB}],ui8>, !torch.int, !torch.vtensor<[{_dim(Tk)}],{ed}> -> !torch.vtensor<[{_dim(Tk)},{N},{KB}],ui8>
-  %sg = torch.aten.index_select %s, %int0, %ef : !torch.vtensor<[{E},{N},{G}],ui8>, !torch.int, !torch.vtensor<[{_dim(Tk)}],{ed}> -> !torch.vtensor<[{_dim(Tk)},{N},{G}],ui8>
-  %pf = torch_c.to_builtin_tensor %pg : !torch.vtensor<[{_dim(Tk)},{N},{KB}],ui8> -> tensor<{_shape(Tk, N, KB)}xi8>
-  %sf = torch_c.to_builtin_tensor %sg : !torch.vtensor<[{_dim(Tk)},{N},{G}],ui8> -> tensor<{_shape(Tk, N, G)}xi8>
+  %ef = torch.aten.view %experts, %flat : !torch.vtensor<[{fmt_dim(L)},{k}],{ed}>, !torch.list<int> -> !torch.vtensor<[{fmt_dim(Tk)}],{ed}>
+  %pg = torch.aten.index_select %p, %int0, %ef : !torch.vtensor<[{E},{N},{KB}],ui8>, !torch.int, !torch.vtensor<[{fmt_dim(Tk)}],{ed}> -> !torch.vtensor<[{fmt_dim(Tk)},{N},{KB}],ui8>
+  %sg = torch.aten.index_select %s, %int0, %ef : !torch.vtensor<[{E},{N},{G}],ui8>, !torch.int, !torch.vtensor<[{fmt_dim(Tk)}],{ed}> -> !torch.vtensor<[{fmt_dim(Tk)},{N},{G}],ui8>
+  %pf = torch_c.to_builtin_tensor %pg : !torch.vtensor<[{fmt_dim(Tk)},{N},{KB}],ui8> -> tensor<{_shape(Tk, N, KB)}xi8>
+  %sf = torch_c.to_builtin_tensor %sg : !torch.vtensor<[{fmt_dim(Tk)},{N},{G}],ui8> -> tensor<{_shape(Tk, N, G)}xi8>
   %pb = tensor.expand_shape %pf [[0, 1], [2], [3]] output_shape [{self.lead}, {k}, {N}, {KB}] : tensor<{_shape(Tk, N, KB)}xi8> into tensor<{_shape(L, k, N, KB)}xi8>
   %sb = tensor.expand_shape %sf [[0, 1], [2], [3]] output_shape [{self.lead}, {k}, {N}, {G}] : tensor<{_shape(Tk, N, G)}xi8> into tensor<{_shape(L, k, N, G)}xi8>"""
 

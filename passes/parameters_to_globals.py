@@ -33,16 +33,16 @@ from day0.frontend.ir import (
 )
 from day0.passes.base import (DiagnosticEngine, ModulePass, collect_ops, file_position, loc_string,
                               operator_name, unique_symbol)
+from day0.passes.torch_ir import VTENSOR_TYPE
 
 OP_NAME = "torch.day0.parameter"
 KEY_ATTR = "day0.key"
-_VTENSOR = re.compile(r"^!torch\.vtensor<\[([^\]]*)\],(\w+)>$")
 
 
 def builtin_tensor_type(torch_type: str) -> str | None:
     """`!torch.vtensor<[64,32],si64>` -> `tensor<64x32xi64>` (torch's signed/unsigned ints are
     signless in builtin tensors); None when the type is not a static-shaped vtensor."""
-    m = _VTENSOR.match(torch_type)
+    m = VTENSOR_TYPE.match(torch_type)
     if not m or "?" in m.group(1):
         return None
     dims = [d for d in m.group(1).split(",") if d]

@@ -58,7 +58,7 @@ from day0.frontend.ir import (
     ir,
 )
 from day0.passes.base import DiagnosticEngine, ModulePass, collect_ops
-from day0.passes.dsa_to_gather_tiles import TensorType, TorchBuilder
+from day0.passes.torch_ir import TensorType, TorchBuilder, fmt_dims, torch_constant
 
 OP_NAME = "torch.aten.topk"
 _FLOAT_DTYPES = ("f16", "bf16", "f32", "f64")
@@ -79,17 +79,6 @@ class _Site:
     largest: bool
 
 
-def _constant(value: Value, op_name: str) -> object | None:
-    owner = value.owner
-    owner = getattr(owner, "operation", owner)
-    if getattr(owner, "name", None) != op_name:
-        return None
-    attr = owner.attributes["value"]
-    return bool(attr.value) if op_name == "torch.constant.bool" else attr.value
-
-
-def _dims(dims) -> str:
-    return "[" + ",".join("?" if d is None else str(d) for d in dims) + "]"
 
 
 def _check(op: Operation, diag: DiagnosticEngine) -> _Site | None:
@@ -107,18 +96,18 @@ def _check(op: Operation, diag: DiagnosticEngine) -> _Site | None:
     rank = len(x.dims)
     if rank == 0:
         return fail("input must have rank >= 1")
-    k = _constant(k_v, "torch.constant.int")
+    k = torch_constant(k_v, "torch.constant.int")
     if k is None:
         return fail("k must come from torch.constant.int")
-    dim = _constant(dim_v, "torch.constant.int")
+    dim = torch_constant(dim_v, "torch.constant.int")
     if dim is None:
         return fail("dim must come from torch.constant.int")
     if dim not in (-1, rank - 1):
         return fail(f"dim {dim} is not the last dim of the rank-{rank} input (only -1 or {rank - 1})")
-    largest = _constant(largest_v, "torch.constant.bool")
+    largest = torch_constant(largest_v, "torch.constant.bool")
     if largest is None:
         return fail("largest must come from torch.constant.bool")
-    if _constant(sorted_v, "torch.constant.bool") is None:
+    if torch_constant(sorted_v, "torch.constant.bool") is None:
         return fail("sorted must come from torch.constant.bool")
     n = x.dims[-1]
     if k < 1:
@@ -129,7 +118,7 @@ def _check(op: Operation, diag: DiagnosticEngine) -> _Site | None:
     for what, res, dtype in (("values", op.results[0], x.dtype), ("indices", op.results[1], "si64")):
         t = TensorType.of(res)  # exactly: the rewrite's results replace these values
         if t is None or t.dtype != dtype or t.dims != want:
-            return fail(f"{what} must be !torch.vtensor<{_dims(want)},{dtype}>, got {res.type}")
+            return fail(f"{what} must be !torch.vtensor<{fmt_dims(want)},{dtype}>, got {res.type}")
     return _Site(op, x_v, x.dims, x.dtype, k, bool(largest))
 
 

@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
@@ -26,6 +25,16 @@ def _copy(src: Path, dst: Path) -> Path:
 
 def _single_shard(path: Path) -> Path:
     return next(path.glob("*.safetensors"))
+
+
+def _rewrite_tensor(ckpt: Path, name: str, change) -> None:
+    """Apply change(tensors) to the shard holding `name` (change may add/remove/replace)."""
+    from day0.models.checkpoint import Checkpoint
+
+    shard = Checkpoint.open(ckpt).info(name).file
+    tensors = load_file(shard)
+    change(tensors)
+    save_file(tensors, shard, metadata={"format": "pt"})
 
 
 def _compile(ckpt: Path, out: Path):
@@ -52,21 +61,16 @@ def test_truncated_shard(checkpoint, tmp_path):
 
 def test_tensor_with_wrong_shape(checkpoint, tmp_path):
     ckpt = _copy(checkpoint("ds-sparse"), tmp_path / "ckpt")
-    shard = _single_shard(ckpt)
-    tensors = load_file(shard)
     name = "model.layers.0.self_attn.q_a_proj.weight"
-    tensors[name] = torch.zeros(3, 5)
-    save_file(tensors, shard, metadata={"format": "pt"})
+    _rewrite_tensor(ckpt, name, lambda t: t.update({name: torch.zeros(3, 5)}))
     with pytest.raises(CheckpointError, match=rf"{name}.*\(3, 5\)"):
         _compile(ckpt, tmp_path / "out")
 
 
 def test_missing_tensor(checkpoint, tmp_path):
     ckpt = _copy(checkpoint("ds-sparse"), tmp_path / "ckpt")
-    shard = _single_shard(ckpt)
-    tensors = load_file(shard)
-    del tensors["model.layers.1.mlp.experts.3.down_proj.weight"]
-    save_file(tensors, shard, metadata={"format": "pt"})
+    name = "model.layers.1.mlp.experts.3.down_proj.weight"
+    _rewrite_tensor(ckpt, name, lambda t: t.pop(name))
     with pytest.raises(CheckpointError, match=r"missing tensor model\.layers\.1\.mlp\.experts\.3\.down_proj"):
         _compile(ckpt, tmp_path / "out")
 
@@ -169,15 +173,6 @@ def test_artifact_whose_files_changed(checkpoint, artifact, tmp_path):
 OSS_BLOCKS = "model.layers.0.mlp.experts.down_proj_blocks"
 OSS_SCALES = "model.layers.0.mlp.experts.down_proj_scales"
 
-
-def _rewrite_tensor(ckpt: Path, name: str, change) -> None:
-    """Apply change(tensors) to the shard holding `name` (change may add/remove/replace)."""
-    from day0.models.checkpoint import Checkpoint
-
-    shard = Checkpoint.open(ckpt).info(name).file
-    tensors = load_file(shard)
-    change(tensors)
-    save_file(tensors, shard, metadata={"format": "pt"})
 
 
 def test_nan_scale_byte(checkpoint, tmp_path):

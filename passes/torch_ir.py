@@ -1,0 +1,100 @@
+"""Torch-dialect helpers every day0 pass shares: the `!torch.vtensor` type, an op builder that
+shares constants, constant-operand lookup, and dim formatting for diagnostics."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from day0.frontend.ir import (
+    Attribute,
+    FloatAttr,
+    InsertionPoint,
+    IntegerAttr,
+    IntegerType,
+    Operation,
+    Type,
+    Value,
+)
+
+VTENSOR_TYPE = re.compile(r"^!torch\.vtensor<\[([^\]]*)\],(\w+)>$")
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """A `!torch.vtensor` type: dims (None = dynamic) and dtype spelling (f32, si64, i1...)."""
+
+    dims: tuple[int | None, ...]
+    dtype: str
+
+    @staticmethod
+    def of(value: Value) -> TensorType | None:
+        m = VTENSOR_TYPE.match(str(value.type))
+        if not m:
+            return None
+        dims = tuple(None if d == "?" else int(d) for d in m.group(1).split(",") if d)
+        return TensorType(dims, m.group(2))
+
+    def mlir(self) -> Type:
+        dims = ",".join("?" if d is None else str(d) for d in self.dims)
+        return Type.parse(f"!torch.vtensor<[{dims}],{self.dtype}>")
+
+
+class TorchBuilder:
+    """Builds torch dialect ops before one op, at that op's location (constants are shared)."""
+
+    def __init__(self, before: Operation):
+        self.ip = InsertionPoint(before)
+        self.loc = before.location
+        self._consts: dict[tuple[str, object], Value] = {}
+
+    def op(self, name: str, operands: list[Value], result: TensorType | str, attrs=None) -> Value:
+        rtype = result.mlir() if isinstance(result, TensorType) else Type.parse(result)
+        op = Operation.create(
+            name, results=[rtype], operands=operands, attributes=attrs or {}, loc=self.loc, ip=self.ip
+        )
+        return op.result
+
+    def _const(self, kind: str, value: object, make) -> Value:
+        key = (kind, value)
+        if key not in self._consts:
+            self._consts[key] = make()
+        return self._consts[key]
+
+    def int(self, v: int) -> Value:
+        attr = {"value": IntegerAttr.get(IntegerType.get_signless(64), v)}
+        return self._const("int", v, lambda: self.op("torch.constant.int", [], "!torch.int", attr))
+
+    def float(self, v: float) -> Value:
+        attr = {"value": FloatAttr.get_f64(v)}
+        return self._const("float", v, lambda: self.op("torch.constant.float", [], "!torch.float", attr))
+
+    def bool(self, v: bool) -> Value:
+        attr = {"value": Attribute.parse("true" if v else "false")}
+        return self._const("bool", v, lambda: self.op("torch.constant.bool", [], "!torch.bool", attr))
+
+    def none(self) -> Value:
+        return self._const("none", None, lambda: self.op("torch.constant.none", [], "!torch.none"))
+
+    def ints(self, vs: list[int]) -> Value:
+        items = [self.int(v) for v in vs]
+        return self.op("torch.prim.ListConstruct", items, "!torch.list<int>")
+
+
+def torch_constant(value: Value, op_name: str) -> object | None:
+    """The Python value of `value` when it is produced by the constant op `op_name`
+    (e.g. torch.constant.int), else None."""
+    owner = getattr(value.owner, "operation", value.owner)
+    if getattr(owner, "name", None) != op_name:
+        return None
+    attr = owner.attributes["value"]
+    return bool(attr.value) if op_name == "torch.constant.bool" else attr.value
+
+
+def fmt_dim(d: int | None) -> str:
+    return "?" if d is None else str(d)
+
+
+def fmt_dims(dims) -> str:
+    """[2,?,8] for diagnostics."""
+    return "[" + ",".join(fmt_dim(d) for d in dims) + "]"
