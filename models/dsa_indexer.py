@@ -28,7 +28,9 @@ def select_topk(scores: Tensor, k: int) -> Tensor:
     """Indices [S, k] int64 of the k largest scores per row, lower index first on ties, -1 where
     the selected score is INVISIBLE or lower (-inf included)."""
     if torch.compiler.is_exporting():
-        values, indices = torch.topk(scores, k, dim=-1)
+        # sorted=False: the selection is a set (attention over it is order-free), and the CUDA
+        # radix select returns it in position order.
+        values, indices = torch.topk(scores, k, dim=-1, sorted=False)
     else:
         values, indices = torch.sort(scores, dim=-1, descending=True, stable=True)
         values, indices = values[:, :k], indices[:, :k]

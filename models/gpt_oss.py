@@ -80,7 +80,7 @@ class Router(nn.Module):
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """x [S, hidden] -> (weights [S, k] f32, experts [S, k] i64)."""
         logits = torch.nn.functional.linear(x, self.weight.float(), self.bias.float())  # [S, E]
-        top, experts = logits.topk(self.top_k, dim=-1)
+        top, experts = logits.topk(self.top_k, dim=-1, sorted=False)  # a set: softmax over it
         return torch.softmax(top, dim=-1), experts
 
 

@@ -37,11 +37,12 @@ class Router(nn.Module):
         scores = F.linear(x, self.weight.float()).sigmoid()  # [S, E]
         biased = scores + self.e_score_correction_bias.float()
         per_group = biased.view(-1, self.groups, self.experts // self.groups)
-        group_scores = per_group.topk(2, dim=-1).values.sum(-1)  # [S, G]
-        chosen_groups = group_scores.topk(self.topk_group, dim=-1).indices
+        group_scores = per_group.topk(2, dim=-1, sorted=False).values.sum(-1)  # [S, G]
+        chosen_groups = group_scores.topk(self.topk_group, dim=-1, sorted=False).indices
         group_mask = one_hot_sum(chosen_groups, self.groups)  # [S, G] 1.0 at chosen groups
         expert_mask = group_mask.repeat_interleave(self.experts // self.groups, dim=1)
-        experts = biased.masked_fill(expert_mask == 0, float("-inf")).topk(self.top_k, dim=-1).indices
+        # sorted=False throughout: every selection here is used as a set.
+        experts = biased.masked_fill(expert_mask == 0, float("-inf")).topk(self.top_k, dim=-1, sorted=False).indices
         weights = scores.gather(1, experts)
         if self.norm_topk_prob:
             weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)

@@ -3,15 +3,22 @@
     parameters-to-globals  checkpoint tensors become IREE parameters (no weights in the vmfb)
     hoist-parameter-stacks stacked expert weights are computed once, in one global, instead of
                            once per function by IREE's const-expr hoisting
-    topk-to-linalg-ext     aten.topk becomes iree_linalg_ext.topk (lower index wins ties); the
-                           default lowering sorts whole rows, is slow, and miscompiles two topks
-                           over a shared causal mask
+    topk-to-linalg-ext     (llvm-cpu) aten.topk becomes iree_linalg_ext.topk (lower index wins
+                           ties); the default lowering sorts whole rows, is slow, and miscompiles
+                           two topks over a shared causal mask
+    topk-to-radix-select   (cuda-sm90) every topk becomes day0's radix-select kernels (same
+                           selection and tie rule); IREE's GPU topk is slow and produced
+                           out-of-range indices on masked rows
     fuse-mxfp4-matmul      MXFP4 expert matmuls unpack inside the matmul (one dispatch each)
     dsa-to-gather-tiles    sparse attention becomes gathered tiles + online softmax
 """
 
 TARGETS = ("llvm-cpu", "cuda-sm90")
 DEFAULT_DSA_TILE = 64
+# CUDA: every topk takes the radix select. IREE's CUDA lowering of iree_linalg_ext.topk returned
+# out-of-range expert indices for the MoE routers' short -inf-masked rows, and the expert gather
+# then faulted the device (prefill aborted in `hal.device.queue.dealloca`; H200, IREE 3.13).
+RADIX_MIN_ROW = 0
 
 
 def dsa_tile(selection_width: int, preferred: int = DEFAULT_DSA_TILE) -> int:
@@ -23,7 +30,8 @@ def pipeline_for(target: str, selection_width: int | None, preferred_tile: int =
     """The pipeline for a model on `target`; selection_width is the DSA op's K (None: no DSA)."""
     if target not in TARGETS:
         raise ValueError(f"no pass pipeline for target '{target}' (known: {', '.join(TARGETS)})")
-    passes = ["parameters-to-globals", "hoist-parameter-stacks", "topk-to-linalg-ext", "fuse-mxfp4-matmul"]
+    topk = [f"topk-to-radix-select{{min-size={RADIX_MIN_ROW}}}"] if target == "cuda-sm90" else []
+    passes = ["parameters-to-globals", "hoist-parameter-stacks", *topk, "topk-to-linalg-ext", "fuse-mxfp4-matmul"]
     if selection_width is not None:
         passes.append(f"dsa-to-gather-tiles{{tile={dsa_tile(selection_width, preferred_tile)}}}")
     return f"builtin.module({','.join(passes)})"

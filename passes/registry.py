@@ -12,6 +12,7 @@ _PASSES: dict[str, tuple[str, str]] = {
     "hoist-parameter-stacks": ("day0.passes.hoist_parameter_stacks", "HoistParameterStacks"),
     "dsa-to-gather-tiles": ("day0.passes.dsa_to_gather_tiles", "DsaToGatherTiles"),
     "topk-to-linalg-ext": ("day0.passes.topk_to_linalg_ext", "TopkToLinalgExt"),
+    "topk-to-radix-select": ("day0.passes.topk_to_radix_select", "TopkToRadixSelect"),
     "fuse-mxfp4-matmul": ("day0.passes.fuse_mxfp4_matmul", "FuseMxfp4Matmul"),
 }
 

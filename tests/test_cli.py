@@ -95,3 +95,13 @@ def test_prompt_without_tokenizer(artifact):
     assert not (art / "tokenizer.json").exists()
     r = run("generate", art, "--prompt", "hi", check=False)
     assert r.returncode == 2 and "--prompt-ids" in r.stderr
+
+
+def test_compile_passes_flags_after_double_dash_to_iree_compile():
+    from day0.tools.cli import parse_args
+
+    a = parse_args(["compile", "ckpt", "-o", "out", "--target", "cuda-sm90", "--",
+                    "--iree-hal-indirect-command-buffers=false", "--mlir-timing"])
+    assert (a.checkpoint, a.output, a.target) == ("ckpt", "out", "cuda-sm90")
+    assert a.iree_flags == ["--iree-hal-indirect-command-buffers=false", "--mlir-timing"]
+    assert parse_args(["compile", "ckpt", "-o", "out"]).iree_flags == []

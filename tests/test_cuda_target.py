@@ -17,3 +17,6 @@ def test_demo_model_compiles_for_sm90(tmp_path):
         "prefill", "decode", "prefill_first"}
     vmfb = (out / "model.vmfb").read_bytes()
     assert b".target sm_90" in vmfb  # PTX for Hopper, not a fallback arch
+    # every topk runs day0's radix-select kernels (IREE's own CUDA topk is slow and was wrong)
+    for kernel in (b"day0_topk_hist", b"day0_topk_collect", b"day0_topk_finish"):
+        assert kernel in vmfb

@@ -113,13 +113,16 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="day0", description="Day-0 adaptation: checkpoint in, compiled artifact out.")
     sub = p.add_subparsers(dest="command", required=True)
 
-    c = sub.add_parser("compile", help="compile a checkpoint directory into an artifact directory")
+    c = sub.add_parser("compile", help="compile a checkpoint directory into an artifact directory",
+                       usage="day0 compile CHECKPOINT -o OUTPUT [options] [-- IREE_COMPILE_FLAGS ...]")
     c.add_argument("checkpoint")
     c.add_argument("-o", "--output", required=True)
     c.add_argument("--target", default="llvm-cpu", choices=["llvm-cpu", "cuda-sm90"])
     c.add_argument("--max-seq-len", type=int, default=4096)
     c.add_argument("--dump-stages", action="store_true", help="write the IR after each stage to OUTPUT/stages/")
-    c.add_argument("iree_flags", nargs="*", help="extra iree-compile flags, after --")
+    # extra iree-compile flags come after `--` (split off in main: argparse would give the
+    # empty-matching positional nothing once the checkpoint is read, then reject the flags)
+    c.set_defaults(iree_flags=[])
     c.set_defaults(run=cmd_compile)
 
     g = sub.add_parser("generate", help="generate tokens with a compiled artifact")
@@ -153,8 +156,20 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """argv parsed; for `compile`, everything after the first `--` is iree-compile flags."""
+    extra = []
+    if argv[:1] == ["compile"] and "--" in argv:
+        cut = argv.index("--")
+        argv, extra = argv[:cut], argv[cut + 1:]
     args = parser().parse_args(argv)
+    if argv[:1] == ["compile"]:
+        args.iree_flags = extra
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         return args.run(args)
     except _user_errors() as e:

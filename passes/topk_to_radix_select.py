@@ -1,0 +1,308 @@
+"""topk-to-radix-select: rewrite `torch.aten.topk` over float32 rows into day0's CUDA radix select.
+
+IREE 3.13 has no usable GPU top-k: `iree_linalg_ext.topk` runs one thread per row (14 ms for one
+8K row on an H200, against PyTorch's 36 µs) and returned wrong indices on masked rows. This pass
+replaces each topk with a call to a private function that runs the hand-written kernels of
+`lowering/kernels/topk_select.cu` as IREE external dispatches (`flow.dispatch` of a
+`hal.executable.source` holding the PTX):
+
+    total0       = linalg.fill(0) : tensor<?x2048xi32>
+    cum, total   = flow.dispatch @hist[T, G](n, G, x, total0)       -> (cum, total0 tied)
+    hdr, i0, v0, cand = flow.dispatch @collect[T, G](n, G, k, x, total, cum)
+    i, v         = flow.dispatch @finish[T](n, k, x, hdr, cand, i0, v0) -> (i0, v0 tied)
+
+with G = ceil(n / 8192) segments per row: a 2048-bin histogram of the top 11 key bits, the
+threshold bin, an ordered compaction, then a radix select of the threshold bin's candidates on
+the remaining 21 bits. Every step reads the row once; a decode row of 1M scores spreads over 128
+CTAs. The selection is torch.topk's set with ties broken toward the lower position (the same rule
+as topk-to-linalg-ext on the CPU); NaN ranks above +inf, -0.0 equals +0.0. A row shorter than k
+fills its missing slots with (INT32_MAX, -inf), as topk-to-linalg-ext does.
+
+Precondition: every `torch.aten.topk` (over rows of at least `min-size`) has constant k, dim = last, largest = true and
+sorted = false (the result is in a deterministic order that is not sorted by value), over an
+f32 input of any rank (leading dims are rows). Anything else is an error: this pass is the CUDA target's only top-k lowering.
+Afterwards no such `torch.aten.topk` is left; the module holds one `hal.executable.source
+@day0_topk_select` and one private function per distinct k.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+from day0.frontend.ir import InsertionPoint, IntegerAttr, Module, Operation, Type, Value, ir
+from day0.passes.base import DiagnosticEngine, ModulePass, collect_ops
+from day0.passes.torch_ir import TensorType, TorchBuilder, fmt_dims, torch_constant
+
+OP_NAME = "torch.aten.topk"
+EXECUTABLE = "day0_topk_select"
+KERNEL_SOURCE = "topk_select.cu"
+KERNEL_PTX = "topk_select.sm_90.ptx"
+SEGMENT = 8192  # row elements per CTA in the hist and collect kernels (SEG in the .cu)
+BINS = 2048  # first-pass histogram bins (BINS in the .cu)
+THREADS = 256  # CTA size of every kernel (THREADS in the .cu)
+_TORCH_INT64 = 4
+
+# The kernels' IREE ABI, in ordinal order: (entry, read-only flag per binding, i32 push constants,
+# workload dims = grid dims). It must match the .cu signatures (tests/test_topk_radix_select.py).
+KERNEL_ABI = (
+    ("day0_topk_hist", (True, False, False), 2, 2),  # x, total (tied), cum | n, segs
+    ("day0_topk_collect", (True, True, True, False, False, False, False), 3, 2),
+    #   x, total, cum, header, out_idx, out_val, cand | n, segs, k
+    ("day0_topk_finish", (True, True, True, False, False), 2, 1),  # x, header, cand, idx, val | n, k
+)
+
+
+@cache
+def kernel_ptx() -> bytes:
+    """The PTX of the kernels, shipped with day0 (regenerate with tools/build_kernels.py)."""
+    return resources.files("day0.lowering").joinpath("kernels", KERNEL_PTX).read_bytes()
+
+
+def _binding(read_only: bool) -> str:
+    return "#hal.pipeline.binding<storage_buffer, ReadOnly>" if read_only else "#hal.pipeline.binding<storage_buffer>"
+
+
+def _export(name: str, ordinal: int, constants: int, read_only: list[bool], workload: int) -> str:
+    bindings = ", ".join(_binding(r) for r in read_only)
+    args = ", ".join(f"%w{i}: index" for i in range(workload))
+    grid = ", ".join([f"%w{i}" for i in range(workload)] + ["%one"] * (3 - workload))
+    layout = f"#hal.pipeline.layout<constants = {constants}, bindings = [{bindings}]>"
+    # Generic form: the custom assembly of these ops has changed between IREE releases.
+    return f"""
+    "hal.executable.export"() <{{layout = {layout}, ordinal = {ordinal} : index, sym_name = "{name}",
+        sym_visibility = "public", workgroup_size = [{THREADS} : index, 1 : index, 1 : index]}}> ({{
+    ^bb0(%device: !hal.device, {args}):
+      %one = arith.constant 1 : index
+      "hal.return"({grid}) : (index, index, index) -> ()
+    }}, {{}}) : () -> ()"""
+
+
+def executable_source_text(ptx: bytes) -> str:
+    """The `hal.executable.source` declaring the three kernels, with the PTX embedded."""
+    exports = "".join(_export(name, i, constants, list(read_only), workload)
+                      for i, (name, read_only, constants, workload) in enumerate(KERNEL_ABI))
+    data = f'dense<"0x{ptx.hex().upper()}"> : vector<{len(ptx)}xi8>'
+    target = '#hal.executable.target<"cuda", "cuda-nvptx-fb">'
+    # `path` names the file for readers; IREE uses the embedded `data` (IREE 3.13 also prints an
+    # object without a path unparseably, as `<{, data = ...}>`).
+    obj = f'#hal.executable.object<{{path = "{KERNEL_PTX}", data = {data}}}>'
+    objects = f"#hal.executable.objects<{{{target} = [{obj}]}}>"
+    return f"""
+  "hal.executable.source"() <{{sym_name = "{EXECUTABLE}", sym_visibility = "private", objects = {objects}}}> ({{{exports}
+    "hal.executable.source_end"() : () -> ()
+  }}) : () -> ()"""
+
+
+def select_function_name(k: int) -> str:
+    return f"day0_topk_radix_k{k}"
+
+
+def select_function_text(k: int) -> str:
+    """func @day0_topk_radix_k<k>(x: tensor<?x?xf32>) -> (values ?xk f32, indices ?xk i32)."""
+    e = f"@{EXECUTABLE}"
+    return f"""
+  func.func private @{select_function_name(k)}(%x: tensor<?x?xf32>) -> (tensor<?x{k}xf32>, tensor<?x{k}xi32>) {{
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %t = tensor.dim %x, %c0 : tensor<?x?xf32>
+    %n = tensor.dim %x, %c1 : tensor<?x?xf32>
+    %seg = arith.constant {SEGMENT} : index
+    %g = arith.ceildivui %n, %seg : index
+    %n32 = arith.index_cast %n : index to i32
+    %g32 = arith.index_cast %g : index to i32
+    %k32 = arith.constant {k} : i32
+    %zero = arith.constant 0 : i32
+    %empty = tensor.empty(%t) : tensor<?x{BINS}xi32>
+    %total0 = linalg.fill ins(%zero : i32) outs(%empty : tensor<?x{BINS}xi32>) -> tensor<?x{BINS}xi32>
+    %cum, %total = flow.dispatch {e}::@day0_topk_hist[%t, %g](%n32, %g32, %x, %total0)
+        : (i32, i32, tensor<?x?xf32>{{%t, %n}}, tensor<?x{BINS}xi32>{{%t}})
+        -> (tensor<?x?x{BINS}xi32>{{%t, %g}}, %total0{{%t}})
+    %hdr, %idx0, %val0, %cand = flow.dispatch {e}::@day0_topk_collect[%t, %g](%n32, %g32, %k32, %x, %total, %cum)
+        : (i32, i32, i32, tensor<?x?xf32>{{%t, %n}}, tensor<?x{BINS}xi32>{{%t}}, tensor<?x?x{BINS}xi32>{{%t, %g}})
+        -> (tensor<?x4xi32>{{%t}}, tensor<?x{k}xi32>{{%t}}, tensor<?x{k}xf32>{{%t}}, tensor<?x?xi32>{{%t, %n}})
+    %idx, %val = flow.dispatch {e}::@day0_topk_finish[%t](%n32, %k32, %x, %hdr, %cand, %idx0, %val0)
+        : (i32, i32, tensor<?x?xf32>{{%t, %n}}, tensor<?x4xi32>{{%t}}, tensor<?x?xi32>{{%t, %n}}, tensor<?x{k}xi32>{{%t}}, tensor<?x{k}xf32>{{%t}})
+        -> (%idx0{{%t}}, %val0{{%t}})
+    return %val, %idx : tensor<?x{k}xf32>, tensor<?x{k}xi32>
+  }}"""
+
+
+@dataclass(frozen=True)
+class _Site:
+    op: Operation
+    x: Value
+    dims: tuple[int | None, ...]
+    k: int
+
+
+def _check(op: Operation, diag: DiagnosticEngine) -> _Site | None:
+    def fail(message: str) -> None:
+        diag.error(op, f"topk: {message}")
+
+    x_v, k_v, dim_v, largest_v, sorted_v = op.operands
+    x = TensorType.of(x_v)
+    if x is None or x.dtype != "f32" or not x.dims:
+        return fail(f"the CUDA radix select takes an f32 !torch.vtensor of rank >= 1, got {x_v.type}")
+    rank = len(x.dims)
+    k = torch_constant(k_v, "torch.constant.int")
+    dim = torch_constant(dim_v, "torch.constant.int")
+    largest = torch_constant(largest_v, "torch.constant.bool")
+    sorted_ = torch_constant(sorted_v, "torch.constant.bool")
+    if None in (k, dim, largest, sorted_):
+        return fail("k, dim, largest and sorted must be torch constants")
+    if dim not in (-1, rank - 1):
+        return fail(f"dim {dim} is not the last dim of the rank-{rank} input (only -1 or {rank - 1})")
+    if not largest:
+        return fail("only largest=true is supported")
+    if sorted_:
+        return fail("sorted=true is not supported: the radix select returns the selection in position "
+                    "order, not by value (export the topk with sorted=False)")
+    n = x.dims[-1]
+    if k < 1 or (n is not None and k > n):
+        return fail(f"k={k} must be in [1, row length {n if n is not None else '?'}]")
+    want = (*x.dims[:-1], k)
+    for what, res, dtype in (("values", op.results[0], "f32"), ("indices", op.results[1], "si64")):
+        t = TensorType.of(res)
+        if t is None or t.dtype != dtype or t.dims != want:
+            return fail(f"{what} must be !torch.vtensor<{fmt_dims(want)},{dtype}>, got {res.type}")
+    return _Site(op, x_v, x.dims, k)
+
+
+def _tensor_text(dims, elem: str) -> str:
+    return f"tensor<{'x'.join(['?' if d is None else str(d) for d in dims] + [elem])}>"
+
+
+def wrapper_name(dims: tuple[int | None, ...], k: int) -> str:
+    return f"{select_function_name(k)}_" + "x".join("q" if d is None else str(d) for d in dims)
+
+
+def wrapper_text(dims: tuple[int | None, ...], k: int) -> str:
+    """A private function over the site's own tensor type: rows of any rank become the [?, ?] rows
+    of select_function_text (expand a rank-1 row, collapse leading dims), and back."""
+    rank, n, lead = len(dims), dims[-1], dims[:-1]
+    rows = 1 if rank == 1 else (None if None in lead else math.prod(lead))
+    x_t, flat_t = _tensor_text(dims, "f32"), _tensor_text((rows, n), "f32")
+    group = ", ".join(str(i) for i in range(max(rank - 1, 1)))
+    lines = [f"  func.func private @{wrapper_name(dims, k)}(%x: {x_t}) -> "
+             f"({_tensor_text((*lead, k), 'f32')}, {_tensor_text((*lead, k), 'i32')}) {{"]
+
+    sizes = []  # the output's leading dims: SSA values where dynamic
+    for i, d in enumerate(dims):
+        if d is None and (i < rank - 1 or rank == 1):  # leading dims, or a rank-1 row's length
+            lines += [f"    %c{i} = arith.constant {i} : index", f"    %d{i} = tensor.dim %x, %c{i} : {x_t}"]
+        if i < rank - 1:
+            sizes.append(f"%d{i}" if d is None else str(d))
+    if rank == 1:  # one row
+        n_text = "%d0" if n is None else str(n)
+        lines.append(f"    %flat = tensor.expand_shape %x [[0, 1]] output_shape [1, {n_text}] : {x_t} into {flat_t}")
+    elif rank > 2:  # leading dims become rows
+        lines.append(f"    %flat = tensor.collapse_shape %x [[{group}], [{rank - 1}]] : {x_t} into {flat_t}")
+    src = "x" if rank == 2 else "flat"
+    if flat_t != "tensor<?x?xf32>":
+        lines.append(f"    %xd = tensor.cast %{src} : {flat_t} to tensor<?x?xf32>")
+        src = "xd"
+    lines.append(f"    %v, %i = func.call @{select_function_name(k)}(%{src}) : (tensor<?x?xf32>) -> "
+                 f"(tensor<?x{k}xf32>, tensor<?x{k}xi32>)")
+    results = []
+    for name, elem in (("v", "f32"), ("i", "i32")):
+        got_t, flat_out, out_t = f"tensor<?x{k}x{elem}>", _tensor_text((rows, k), elem), _tensor_text((*lead, k), elem)
+        value = name
+        if flat_out != got_t:
+            lines.append(f"    %{name}f = tensor.cast %{name} : {got_t} to {flat_out}")
+            value = f"{name}f"
+        if rank == 1:
+            lines.append(f"    %{name}r = tensor.collapse_shape %{value} [[0, 1]] : {flat_out} into {out_t}")
+            value = f"{name}r"
+        elif rank > 2:
+            lines.append(f"    %{name}r = tensor.expand_shape %{value} [[{group}], [{rank - 1}]] output_shape "
+                         f"[{', '.join(sizes)}, {k}] : {flat_out} into {out_t}")
+            value = f"{name}r"
+        results.append(f"%{value}")
+    lines.append(f"    return {', '.join(results)} : {_tensor_text((*lead, k), 'f32')}, {_tensor_text((*lead, k), 'i32')}")
+    lines.append("  }")
+    return "\n" + "\n".join(lines)
+
+
+def _rewrite(site: _Site) -> tuple[Value, Value]:
+    op, loc = site.op, site.op.location
+    ip = InsertionPoint(op)
+
+    def create(name, results, operands, attrs=None):
+        return Operation.create(name, results=results, operands=operands, attributes=attrs or {},
+                                loc=loc, ip=ip).results
+
+    out = (*site.dims[:-1], site.k)
+    xb = create("torch_c.to_builtin_tensor", [Type.parse(_tensor_text(site.dims, "f32"))], [site.x])[0]
+    fn = ir.FlatSymbolRefAttr.get(wrapper_name(site.dims, site.k))
+    vals, idx = create("func.call", [Type.parse(_tensor_text(out, "f32")), Type.parse(_tensor_text(out, "i32"))],
+                       [xb], {"callee": fn})
+    values = create("torch_c.from_builtin_tensor", [TensorType(out, "f32").mlir()], [vals])[0]
+    idx32 = create("torch_c.from_builtin_tensor", [TensorType(out, "si32").mlir()], [idx])[0]
+    b = TorchBuilder(op)
+    indices = b.op("torch.aten.to.dtype", [idx32, b.int(_TORCH_INT64), b.bool(False), b.bool(False), b.none()],
+                   TensorType(out, "si64"))
+    return values, indices
+
+
+def _append_parsed(module_op: Operation, text: str) -> None:
+    """Parse `text` (module-level ops) in the module's context and move them to its end."""
+    parsed = Module.parse(f"module {{{text}\n}}", module_op.context)
+    body = module_op.regions[0].blocks[0]
+    for op in list(parsed.body.operations):
+        body.append(op)
+
+
+def _static_row_length(op: Operation) -> int | None:
+    x = TensorType.of(op.operands[0])
+    return x.dims[-1] if x is not None and x.dims else None
+
+
+@dataclass(frozen=True)
+class TopkToRadixSelect(ModulePass):
+    """Options:
+    min-size  rewrite only topk's whose static row length is >= min-size (default 0: all); a
+              dynamic row length counts as long enough. Shorter rows (a MoE router's few dozen
+              experts) are left for topk-to-linalg-ext, whose one-thread-per-row loop is cheaper
+              there than three kernel launches.
+    """
+
+    name = "topk-to-radix-select"
+    min_size: int = 0
+
+    def __post_init__(self):
+        if self.min_size < 0:
+            raise ValueError(f"min-size must be >= 0, got {self.min_size}")
+
+    def apply(self, module_op: Operation, diag: DiagnosticEngine) -> None:
+        sites = []
+        for op in collect_ops(module_op, lambda op: op.name == OP_NAME):
+            n = _static_row_length(op)
+            if n is not None and n < self.min_size:
+                continue
+            site = _check(op, diag)
+            if site is not None:
+                sites.append(site)
+        if not sites or diag.diagnostics:
+            return
+        for site in sites:
+            with site.op.location:
+                values, indices = _rewrite(site)
+            constants = []
+            for v in list(site.op.operands)[1:]:
+                if v not in constants:
+                    constants.append(v)
+            site.op.results[0].replace_all_uses_with(values)
+            site.op.results[1].replace_all_uses_with(indices)
+            site.op.erase()
+            for c in constants:
+                owner = c.owner
+                if owner.name.startswith("torch.constant.") and not list(c.uses):
+                    owner.erase()
+        text = executable_source_text(kernel_ptx())
+        text += "".join(select_function_text(k) for k in sorted({s.k for s in sites}))
+        wrappers = {wrapper_name(s.dims, s.k): (s.dims, s.k) for s in sites}
+        text += "".join(wrapper_text(*wrappers[name]) for name in sorted(wrappers))
+        _append_parsed(module_op, text)

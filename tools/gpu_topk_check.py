@@ -1,0 +1,314 @@
+"""Correctness and speed of day0's CUDA radix-select top-k (the `topk-to-radix-select` pass) on a
+GPU host, against PyTorch's torch.topk on the same GPU.
+
+    python -m day0.tools.gpu_topk_check build DIR            # compile machine: vmfbs per k
+    python -m day0.tools.gpu_topk_check run DIR --json F     # GPU host: numpy, torch, iree runtime
+
+Each k gets `topk_k{k}.vmfb` with
+    topk(x: [T, N] f32) -> (values [T, k], indices [T, k] i32)
+    repeat(x, r: [1] i32) -> [T, k] i32   r selections in one call (x + i for i < r, summed indices)
+    repeat_add(x, r)      -> [T, k] i32   the same loop without the selection
+so that (repeat(R) - repeat_add(R)) / R is the device time of one selection, free of the
+~100 µs host floor of a call. Correctness cases compare the selected set with the first k of a
+stable descending sort (ties: lower position), and the values with x at the indices.
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+KS = (8, 64, 2048)
+
+
+def _torch_stub(k: int) -> str:
+    return f"""
+func.func @stub(%x: !torch.vtensor<[?,?],f32>) -> (!torch.vtensor<[?,{k}],f32>, !torch.vtensor<[?,{k}],si64>) {{
+  %k = torch.constant.int {k}
+  %d = torch.constant.int -1
+  %true = torch.constant.bool true
+  %false = torch.constant.bool false
+  %v, %i = torch.aten.topk %x, %k, %d, %true, %false : !torch.vtensor<[?,?],f32>, !torch.int, !torch.int, !torch.bool, !torch.bool -> !torch.vtensor<[?,{k}],f32>, !torch.vtensor<[?,{k}],si64>
+  return %v, %i : !torch.vtensor<[?,{k}],f32>, !torch.vtensor<[?,{k}],si64>
+}}"""
+
+
+def _bench_functions(k: int, select: str) -> str:
+    def loop(name: str, body: str) -> str:
+        return f"""
+  func.func @{name}(%x: tensor<?x?xf32>, %r: tensor<1xi32>) -> tensor<?x{k}xi32> {{
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %t = tensor.dim %x, %c0 : tensor<?x?xf32>
+    %n = tensor.dim %x, %c1 : tensor<?x?xf32>
+    %r0 = tensor.extract %r[%c0] : tensor<1xi32>
+    %reps = arith.index_cast %r0 : i32 to index
+    %zero = arith.constant 0 : i32
+    %e = tensor.empty(%t) : tensor<?x{k}xi32>
+    %acc0 = linalg.fill ins(%zero : i32) outs(%e : tensor<?x{k}xi32>) -> tensor<?x{k}xi32>
+    %out = scf.for %i = %c0 to %reps step %c1 iter_args(%acc = %acc0) -> tensor<?x{k}xi32> {{
+      %ii = arith.index_cast %i : index to i32
+      %fi = arith.sitofp %ii : i32 to f32
+      %xe = tensor.empty(%t, %n) : tensor<?x?xf32>
+      %xi = linalg.generic {{indexing_maps = [affine_map<(a, b) -> (a, b)>, affine_map<(a, b) -> (a, b)>],
+          iterator_types = ["parallel", "parallel"]}} ins(%x : tensor<?x?xf32>) outs(%xe : tensor<?x?xf32>) {{
+      ^bb0(%in: f32, %o: f32):
+        %s = arith.addf %in, %fi : f32
+        linalg.yield %s : f32
+      }} -> tensor<?x?xf32>
+{body}
+      scf.yield %next : tensor<?x{k}xi32>
+    }}
+    return %out : tensor<?x{k}xi32>
+  }}"""
+
+    sel = f"""      %v, %idx = func.call @{select}(%xi) : (tensor<?x?xf32>) -> (tensor<?x{k}xf32>, tensor<?x{k}xi32>)
+      %next = arith.addi %acc, %idx : tensor<?x{k}xi32>"""
+    add = f"""      %head = tensor.extract_slice %xi[0, 0] [%t, {k}] [1, 1] : tensor<?x?xf32> to tensor<?x{k}xf32>
+      %hi = arith.fptosi %head : tensor<?x{k}xf32> to tensor<?x{k}xi32>
+      %next = arith.addi %acc, %hi : tensor<?x{k}xi32>"""
+    plain = f"""
+  func.func @topk(%x: tensor<?x?xf32>) -> (tensor<?x{k}xf32>, tensor<?x{k}xi32>) {{
+    %v, %i = func.call @{select}(%x) : (tensor<?x?xf32>) -> (tensor<?x{k}xf32>, tensor<?x{k}xi32>)
+    return %v, %i : tensor<?x{k}xf32>, tensor<?x{k}xi32>
+  }}"""
+    return plain + loop("repeat", sel) + loop("repeat_add", add)
+
+
+def build(out: Path, target: str = "cuda-sm90") -> None:
+    from day0.frontend.ir import new_context, parse_module
+    from day0.lowering.compile import compile_mlir
+    from day0.passes.pipeline import run_pipeline
+    from day0.passes.topk_to_radix_select import select_function_name
+
+    out.mkdir(parents=True, exist_ok=True)
+    for k in KS:
+        with new_context():
+            module = parse_module(_torch_stub(k))
+            run_pipeline(module, "builtin.module(topk-to-radix-select)")
+            text = str(module)
+        body = text[text.index("{", text.index("module")) + 1: text.rindex("}")]
+        stub_end = body.index("hal.executable.source")
+        # drop the torch stub; keep the executable and the select function, add the entry points
+        body = body[stub_end:]
+        text = text[: text.index("module")] + "module {\n  " + body + _bench_functions(k, select_function_name(k)) + "\n}\n"
+        compile_mlir(text, target, out / f"topk_k{k}.vmfb", repro_dir=out / f"repro_k{k}")
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU host
+
+INVISIBLE = -1.0e30
+
+
+def _cases(rng: np.random.Generator) -> dict[str, tuple[np.ndarray, int]]:
+    f = np.float32
+    c = {}
+    c["small_k8"] = (rng.standard_normal((3, 100)).astype(f), 8)
+    c["row_shorter_than_k"] = (rng.standard_normal((2, 5)).astype(f), 8)
+    c["ties_k64"] = ((np.round(rng.standard_normal((4, 5000)) * 2) / 2).astype(f), 64)
+    c["all_equal_k64"] = (np.full((2, 3000), 0.5, f), 64)
+    special = rng.standard_normal((2, 1000)).astype(f)
+    special[0, :10] = np.nan
+    special[1, ::3] = -0.0
+    special[1, 1::3] = 0.0
+    c["nan_and_signed_zero_k64"] = (special, 64)
+    for n in (32768, 131072, 1048576):
+        c[f"decode_{n}_k2048"] = (rng.standard_normal((1, n)).astype(f), 2048)
+    # causal prefill rows: row t sees positions <= t, the rest INVISIBLE, k columns of padding
+    t, n = 300, 300 + 2048
+    x = rng.standard_normal((t, n)).astype(f)
+    x[np.arange(n)[None, :] > np.arange(t)[:, None]] = INVISIBLE
+    c["causal_prefill_300_k2048"] = (x, 2048)
+    x = rng.standard_normal((1, 1048576)).astype(f)
+    x[0, 1000:] = INVISIBLE  # decode early in a long cache: candidates = the whole invisible tail
+    c["mostly_invisible_1M_k2048"] = (x, 2048)
+    return c
+
+
+def _reference(x: np.ndarray, k: int) -> list[set]:
+    """The first k of a stable descending sort (NaN largest, as torch ranks it), per row."""
+    nan = np.isnan(x)
+    neg = np.where(nan, 0.0, -x.astype(np.float64))  # -0.0 == 0.0: a tie, broken by position
+    pos = np.arange(x.shape[1])
+    return [set(np.lexsort((pos, neg[r], ~nan[r]))[:k].tolist()) for r in range(x.shape[0])]
+
+
+def check_one(out: Path, name: str, device: str) -> dict:
+    from day0.runtime.vm import VmModule
+
+    x, k = _cases(np.random.default_rng(0))[name]
+    mod = VmModule.load(out / f"topk_k{k}.vmfb", device=device)
+    vals, idx = (a.to_host() for a in mod.function("topk")(x))
+    want = _reference(x, k)
+    bad_rows = 0
+    for r in range(x.shape[0]):
+        got = idx[r]
+        filled = got[got != 0x7FFFFFFF]
+        ok = set(filled.tolist()) == want[r] and len(filled) == min(k, x.shape[1])
+        if ok:
+            ok = np.array_equal(vals[r][: len(filled)], x[r][filled], equal_nan=True)
+        bad_rows += not ok
+    return {"case": name, "rows": int(x.shape[0]), "n": int(x.shape[1]), "k": k, "bad_rows": bad_rows}
+
+
+def time_one(out: Path, name: str, device: str, reps: int) -> dict:
+    import torch
+
+    from day0.runtime.vm import VmModule
+
+    x, k = _cases(np.random.default_rng(0))[name]
+    mod = VmModule.load(out / f"topk_k{k}.vmfb", device=device)
+    res = {"case": name, "rows": int(x.shape[0]), "n": int(x.shape[1]), "k": k}
+    for fn in ("repeat", "repeat_add"):
+        f = mod.function(fn)
+        f(x, np.array([2], np.int32)).to_host()  # warm
+        ts = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            f(x, np.array([reps], np.int32)).to_host()
+            ts.append(time.perf_counter() - t0)
+        res[f"{fn}_ms"] = float(np.median(ts)) * 1e3
+    res["day0_us"] = (res["repeat_ms"] - res["repeat_add_ms"]) / reps * 1e3
+    xt = torch.from_numpy(x).cuda()
+    for _ in range(3):
+        torch.topk(xt, k, sorted=False)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    ts = []
+    for _ in range(20):
+        start.record()
+        for _ in range(10):
+            torch.topk(xt, k, sorted=False)
+        end.record()
+        torch.cuda.synchronize()
+        ts.append(start.elapsed_time(end) / 10 * 1e3)
+    res["torch_us"] = float(np.median(ts))
+    res["bytes_read"] = int(x.nbytes)
+    return res
+
+
+def kernel_times(ptx_path: Path, n: int, k: int, rows: int = 1, reps: int = 200) -> dict:
+    """Each kernel launched directly through the CUDA driver (ctypes) on torch tensors and timed
+    with CUDA events: the kernels' own device time, without IREE's per-call costs."""
+    import ctypes
+
+    import torch
+
+    cuda = ctypes.CDLL("libcuda.so.1")
+    torch.zeros(1, device="cuda")  # make torch's primary context current
+    mod = ctypes.c_void_p()
+    ptx = ptx_path.read_bytes() + b"\0"
+    assert cuda.cuModuleLoadData(ctypes.byref(mod), ptx) == 0, "cuModuleLoadData failed"
+
+    def kernel(name):
+        fn = ctypes.c_void_p()
+        assert cuda.cuModuleGetFunction(ctypes.byref(fn), mod, name.encode()) == 0, name
+        return fn
+
+    hist, collect, finish = kernel("day0_topk_hist"), kernel("day0_topk_collect"), kernel("day0_topk_finish")
+    stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+    segs = -(-n // 8192)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(rows, n, device="cuda", generator=g)
+    total = torch.zeros(rows, 2048, dtype=torch.int32, device="cuda")
+    cum = torch.empty(rows, segs, 2048, dtype=torch.int32, device="cuda")
+    hdr = torch.empty(rows, 4, dtype=torch.int32, device="cuda")
+    oi = torch.empty(rows, k, dtype=torch.int32, device="cuda")
+    ov = torch.empty(rows, k, dtype=torch.float32, device="cuda")
+    cand = torch.empty(rows, n, dtype=torch.int32, device="cuda")
+
+    def launch(fn, grid, args):
+        cargs = [ctypes.c_void_p(a.data_ptr()) if isinstance(a, torch.Tensor) else ctypes.c_int(a) for a in args]
+        params = (ctypes.c_void_p * len(cargs))(*[ctypes.addressof(c) for c in cargs])
+        rc = cuda.cuLaunchKernel(fn, grid[0], grid[1], 1, 256, 1, 1, 0, stream, params, None)
+        assert rc == 0, f"launch failed: {rc}"
+
+    steps = {
+        "zero_total": lambda: total.zero_(),
+        "hist": lambda: launch(hist, (rows, segs), [x, total, cum, n, segs]),
+        "collect": lambda: launch(collect, (rows, segs), [x, total, cum, hdr, oi, ov, cand, n, segs, k]),
+        "finish": lambda: launch(finish, (rows, 1), [x, hdr, cand, oi, ov, n, k]),
+    }
+    for f in steps.values():
+        f()
+    torch.cuda.synchronize()
+    want = set(torch.topk(x[0], k).indices.tolist())
+    ok = set(oi[0].tolist()) == want
+    res = {"n": n, "k": k, "rows": rows, "segments": segs, "correct": ok, "candidates": int(hdr[0, 2])}
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for name, f in steps.items():
+        start.record()
+        for _ in range(reps):
+            f()
+        end.record()
+        torch.cuda.synchronize()
+        res[f"{name}_us"] = start.elapsed_time(end) / reps * 1e3
+    start.record()
+    for _ in range(reps):
+        for f in steps.values():
+            f()
+    end.record()
+    torch.cuda.synchronize()
+    res["all_us"] = start.elapsed_time(end) / reps * 1e3
+    start.record()
+    for _ in range(reps):
+        torch.topk(x, k, sorted=False)
+    end.record()
+    torch.cuda.synchronize()
+    res["torch_topk_us"] = start.elapsed_time(end) / reps * 1e3
+    return res
+
+
+def run(out: Path, device: str, timeout: float, reps: int) -> list[dict]:
+    results = []
+    names = list(_cases(np.random.default_rng(0)))
+    timed = [n for n in names if n.startswith("decode_") or n.startswith("causal_") or n.startswith("mostly")]
+    jobs = [("_check", n) for n in names] + [("_time", n) for n in timed]
+    for mode, name in jobs:
+        cmd = [sys.executable, "-m", "day0.tools.gpu_topk_check", mode, str(out), name,
+               "--device", device, "--reps", str(reps)]
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+            line = p.stdout.strip().splitlines()[-1] if p.returncode == 0 and p.stdout.strip() else None
+            res = json.loads(line) if line else {"case": name, "mode": mode,
+                                                 "error": "\n".join(p.stderr.strip().splitlines()[-5:])}
+        except subprocess.TimeoutExpired:
+            res = {"case": name, "mode": mode, "error": f"timed out after {timeout} s"}
+        print(json.dumps(res), flush=True)
+        results.append(res)
+    return results
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="day0-gpu-topk-check")
+    p.add_argument("mode", choices=["build", "run", "kernels", "_check", "_time"])
+    p.add_argument("dir")
+    p.add_argument("case", nargs="?")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--timeout", type=float, default=60)
+    p.add_argument("--reps", type=int, default=50)
+    p.add_argument("--json", default=None)
+    a = p.parse_args(argv)
+    out = Path(a.dir)
+    if a.mode == "build":
+        build(out)
+    elif a.mode == "kernels":  # DIR is the .ptx here
+        for rows, n in ((1, 32768), (1, 131072), (1, 1048576), (64, 4096), (2048, 4096)):
+            print(json.dumps(kernel_times(out, n, 2048, rows)), flush=True)
+    elif a.mode == "_check":
+        print(json.dumps(check_one(out, a.case, a.device)))
+    elif a.mode == "_time":
+        print(json.dumps(time_one(out, a.case, a.device, a.reps)))
+    else:
+        results = run(out, a.device, a.timeout, a.reps)
+        if a.json:
+            Path(a.json).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
