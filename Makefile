@@ -5,7 +5,7 @@ VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 DEMO    ?= .cache/demo
 
-.PHONY: install demo test test-py test-lit bench clean
+.PHONY: install demo test test-py test-lit bench bench-gpu bench-gpu-plot clean
 
 install: $(STAMP)
 
@@ -30,6 +30,22 @@ bench: install
 	$(VPY) -m day0.tools.bench --workdir .cache/bench
 	$(VPY) -m day0.tools.bench_mxfp4 --json .cache/bench/mxfp4.json
 	$(VPY) -m day0.tools.bench_memory --workdir .cache/bench-memory
+
+# The GPU benchmark package: compiled here, run on a GPU host with PyTorch and no IREE compiler
+# (HOST_PY: the host's Python, for the runtime wheel). Then: sh $(BENCH_GPU)/run.sh on the host,
+# bring results.json back, `make bench-gpu-plot RESULTS=results.json`.
+BENCH_GPU ?= .cache/bench-gpu
+HOST_PY   ?= 3.12
+bench-gpu: install
+	$(VPY) -m day0.tools.bench_gpu package $(BENCH_GPU)
+	$(VPY) -m pip download -q --no-deps --only-binary=:all: --python-version $(HOST_PY) --implementation cp \
+		--platform manylinux_2_28_x86_64 -d $(BENCH_GPU)/wheels iree-base-runtime==3.13.0
+	@echo "bench-gpu: copy $(BENCH_GPU) to the GPU host and run: sh run.sh (writes results.json)"
+
+RESULTS ?= $(BENCH_GPU)/results.json
+bench-gpu-plot: install
+	$(VPY) -m pip install -q matplotlib==3.10.7
+	$(VPY) -m day0.tools.bench_gpu plot $(RESULTS) --out docs
 
 clean:
 	rm -rf $(VENV) .cache

@@ -119,12 +119,19 @@ class MoE(nn.Module):
         return routed + self.shared_experts(x)
 
     def _mxfp4_routed(self, x: Tensor, weights: Tensor, chosen: Tensor) -> Tensor:
-        """Σ_j w[t,j] · down_j(silu(gate_j x_t) · up_j x_t) with every expert matmul an MXFP4
-        `day0::mxfp4_moe` over the chosen experts only (gate and up in one op)."""
-        (gu_packed, gu_scales), (down_packed, down_scales) = self.experts.stacked()
-        t, k = chosen.shape
-        gu = torch.ops.day0.mxfp4_moe(x, gu_packed, gu_scales, chosen)  # [T, k, 2I]
-        g, u = gu.chunk(2, dim=-1)
-        h = (F.silu(g) * u).reshape(t * k, -1)  # each (token, expert) pair is its own row
-        y = torch.ops.day0.mxfp4_moe(h, down_packed, down_scales, chosen.reshape(t * k, 1))
-        return (weights[..., None] * y.reshape(t, k, -1)).sum(1)
+        return mxfp4_routed(x, weights, chosen, *self.experts.stacked())
+
+
+def mxfp4_routed(x: Tensor, weights: Tensor, chosen: Tensor, gate_up: tuple[Tensor, Tensor],
+                 down: tuple[Tensor, Tensor]) -> Tensor:
+    """Σ_j w[t,j] · down_j(silu(gate_j x_t) · up_j x_t) with every expert matmul an MXFP4
+    `day0::mxfp4_moe` over the chosen experts only (gate and up in one op).
+
+    x [T, H] f32; weights [T, k] f32; chosen [T, k] i64; gate_up = (packed [E, 2I, H/2], scales
+    [E, 2I, H/32]); down = (packed [E, H, I/2], scales [E, H, I/32]). Returns [T, H] f32."""
+    t, k = chosen.shape
+    gu = torch.ops.day0.mxfp4_moe(x, *gate_up, chosen)  # [T, k, 2I]
+    g, u = gu.chunk(2, dim=-1)
+    h = (F.silu(g) * u).reshape(t * k, -1)  # each (token, expert) pair is its own row
+    y = torch.ops.day0.mxfp4_moe(h, *down, chosen.reshape(t * k, 1))
+    return (weights[..., None] * y.reshape(t, k, -1)).sum(1)

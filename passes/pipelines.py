@@ -9,8 +9,12 @@
     topk-to-radix-select   (cuda-sm90) every topk becomes day0's radix-select kernels (same
                            selection and tie rule); IREE's GPU topk is slow and produced
                            out-of-range indices on masked rows
-    fuse-mxfp4-matmul      MXFP4 expert matmuls unpack inside the matmul (one dispatch each)
-    dsa-to-gather-tiles    sparse attention becomes gathered tiles + online softmax
+    fuse-mxfp4-matmul      (llvm-cpu) MXFP4 expert matmuls unpack inside the matmul (one dispatch each)
+    mxfp4-to-cuda-matvec   (cuda-sm90) MXFP4 matmuls run day0's MXFP4 matvec kernel (IREE's CUDA
+                           codegen fails on, or miscompiles, the fused linalg form)
+    dsa-to-gather-tiles    (llvm-cpu) sparse attention becomes gathered tiles + online softmax
+    dsa-to-cuda-kernel     (cuda-sm90) sparse attention runs day0's split-K kernel (the unrolled
+                           tiles are a latency-bound dispatch chain on the GPU)
 """
 
 TARGETS = ("llvm-cpu", "cuda-sm90")
@@ -31,7 +35,9 @@ def pipeline_for(target: str, selection_width: int | None, preferred_tile: int =
     if target not in TARGETS:
         raise ValueError(f"no pass pipeline for target '{target}' (known: {', '.join(TARGETS)})")
     topk = [f"topk-to-radix-select{{min-size={RADIX_MIN_ROW}}}"] if target == "cuda-sm90" else []
-    passes = ["parameters-to-globals", "hoist-parameter-stacks", *topk, "topk-to-linalg-ext", "fuse-mxfp4-matmul"]
+    mxfp4 = "mxfp4-to-cuda-matvec" if target == "cuda-sm90" else "fuse-mxfp4-matmul"
+    passes = ["parameters-to-globals", "hoist-parameter-stacks", *topk, "topk-to-linalg-ext", mxfp4]
     if selection_width is not None:
-        passes.append(f"dsa-to-gather-tiles{{tile={dsa_tile(selection_width, preferred_tile)}}}")
+        passes.append("dsa-to-cuda-kernel" if target == "cuda-sm90"
+                      else f"dsa-to-gather-tiles{{tile={dsa_tile(selection_width, preferred_tile)}}}")
     return f"builtin.module({','.join(passes)})"

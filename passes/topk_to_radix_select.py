@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
 
-from day0.frontend.ir import InsertionPoint, IntegerAttr, Module, Operation, Type, Value, ir
+from day0.frontend.ir import InsertionPoint, Operation, Type, Value, ir
+from day0.passes import extern_dispatch
+from day0.passes.extern_dispatch import append_parsed, tensor_text
 from day0.passes.base import DiagnosticEngine, ModulePass, collect_ops
 from day0.passes.torch_ir import TensorType, TorchBuilder, fmt_dims, torch_constant
 
@@ -55,45 +55,13 @@ KERNEL_ABI = (
 )
 
 
-@cache
 def kernel_ptx() -> bytes:
-    """The PTX of the kernels, shipped with day0 (regenerate with tools/build_kernels.py)."""
-    return resources.files("day0.lowering").joinpath("kernels", KERNEL_PTX).read_bytes()
+    return extern_dispatch.kernel_ptx(KERNEL_PTX)
 
 
-def _binding(read_only: bool) -> str:
-    return "#hal.pipeline.binding<storage_buffer, ReadOnly>" if read_only else "#hal.pipeline.binding<storage_buffer>"
-
-
-def _export(name: str, ordinal: int, constants: int, read_only: list[bool], workload: int) -> str:
-    bindings = ", ".join(_binding(r) for r in read_only)
-    args = ", ".join(f"%w{i}: index" for i in range(workload))
-    grid = ", ".join([f"%w{i}" for i in range(workload)] + ["%one"] * (3 - workload))
-    layout = f"#hal.pipeline.layout<constants = {constants}, bindings = [{bindings}]>"
-    # Generic form: the custom assembly of these ops has changed between IREE releases.
-    return f"""
-    "hal.executable.export"() <{{layout = {layout}, ordinal = {ordinal} : index, sym_name = "{name}",
-        sym_visibility = "public", workgroup_size = [{THREADS} : index, 1 : index, 1 : index]}}> ({{
-    ^bb0(%device: !hal.device, {args}):
-      %one = arith.constant 1 : index
-      "hal.return"({grid}) : (index, index, index) -> ()
-    }}, {{}}) : () -> ()"""
-
-
-def executable_source_text(ptx: bytes) -> str:
+def executable_source_text() -> str:
     """The `hal.executable.source` declaring the three kernels, with the PTX embedded."""
-    exports = "".join(_export(name, i, constants, list(read_only), workload)
-                      for i, (name, read_only, constants, workload) in enumerate(KERNEL_ABI))
-    data = f'dense<"0x{ptx.hex().upper()}"> : vector<{len(ptx)}xi8>'
-    target = '#hal.executable.target<"cuda", "cuda-nvptx-fb">'
-    # `path` names the file for readers; IREE uses the embedded `data` (IREE 3.13 also prints an
-    # object without a path unparseably, as `<{, data = ...}>`).
-    obj = f'#hal.executable.object<{{path = "{KERNEL_PTX}", data = {data}}}>'
-    objects = f"#hal.executable.objects<{{{target} = [{obj}]}}>"
-    return f"""
-  "hal.executable.source"() <{{sym_name = "{EXECUTABLE}", sym_visibility = "private", objects = {objects}}}> ({{{exports}
-    "hal.executable.source_end"() : () -> ()
-  }}) : () -> ()"""
+    return extern_dispatch.executable_source_text(EXECUTABLE, KERNEL_PTX, KERNEL_ABI, THREADS)
 
 
 def select_function_name(k: int) -> str:
@@ -171,10 +139,6 @@ def _check(op: Operation, diag: DiagnosticEngine) -> _Site | None:
     return _Site(op, x_v, x.dims, k)
 
 
-def _tensor_text(dims, elem: str) -> str:
-    return f"tensor<{'x'.join(['?' if d is None else str(d) for d in dims] + [elem])}>"
-
-
 def wrapper_name(dims: tuple[int | None, ...], k: int) -> str:
     return f"{select_function_name(k)}_" + "x".join("q" if d is None else str(d) for d in dims)
 
@@ -184,10 +148,10 @@ def wrapper_text(dims: tuple[int | None, ...], k: int) -> str:
     of select_function_text (expand a rank-1 row, collapse leading dims), and back."""
     rank, n, lead = len(dims), dims[-1], dims[:-1]
     rows = 1 if rank == 1 else (None if None in lead else math.prod(lead))
-    x_t, flat_t = _tensor_text(dims, "f32"), _tensor_text((rows, n), "f32")
+    x_t, flat_t = tensor_text(dims, "f32"), tensor_text((rows, n), "f32")
     group = ", ".join(str(i) for i in range(max(rank - 1, 1)))
     lines = [f"  func.func private @{wrapper_name(dims, k)}(%x: {x_t}) -> "
-             f"({_tensor_text((*lead, k), 'f32')}, {_tensor_text((*lead, k), 'i32')}) {{"]
+             f"({tensor_text((*lead, k), 'f32')}, {tensor_text((*lead, k), 'i32')}) {{"]
 
     sizes = []  # the output's leading dims: SSA values where dynamic
     for i, d in enumerate(dims):
@@ -208,7 +172,7 @@ def wrapper_text(dims: tuple[int | None, ...], k: int) -> str:
                  f"(tensor<?x{k}xf32>, tensor<?x{k}xi32>)")
     results = []
     for name, elem in (("v", "f32"), ("i", "i32")):
-        got_t, flat_out, out_t = f"tensor<?x{k}x{elem}>", _tensor_text((rows, k), elem), _tensor_text((*lead, k), elem)
+        got_t, flat_out, out_t = f"tensor<?x{k}x{elem}>", tensor_text((rows, k), elem), tensor_text((*lead, k), elem)
         value = name
         if flat_out != got_t:
             lines.append(f"    %{name}f = tensor.cast %{name} : {got_t} to {flat_out}")
@@ -221,7 +185,7 @@ def wrapper_text(dims: tuple[int | None, ...], k: int) -> str:
                          f"[{', '.join(sizes)}, {k}] : {flat_out} into {out_t}")
             value = f"{name}r"
         results.append(f"%{value}")
-    lines.append(f"    return {', '.join(results)} : {_tensor_text((*lead, k), 'f32')}, {_tensor_text((*lead, k), 'i32')}")
+    lines.append(f"    return {', '.join(results)} : {tensor_text((*lead, k), 'f32')}, {tensor_text((*lead, k), 'i32')}")
     lines.append("  }")
     return "\n" + "\n".join(lines)
 
@@ -235,9 +199,9 @@ def _rewrite(site: _Site) -> tuple[Value, Value]:
                                 loc=loc, ip=ip).results
 
     out = (*site.dims[:-1], site.k)
-    xb = create("torch_c.to_builtin_tensor", [Type.parse(_tensor_text(site.dims, "f32"))], [site.x])[0]
+    xb = create("torch_c.to_builtin_tensor", [Type.parse(tensor_text(site.dims, "f32"))], [site.x])[0]
     fn = ir.FlatSymbolRefAttr.get(wrapper_name(site.dims, site.k))
-    vals, idx = create("func.call", [Type.parse(_tensor_text(out, "f32")), Type.parse(_tensor_text(out, "i32"))],
+    vals, idx = create("func.call", [Type.parse(tensor_text(out, "f32")), Type.parse(tensor_text(out, "i32"))],
                        [xb], {"callee": fn})
     values = create("torch_c.from_builtin_tensor", [TensorType(out, "f32").mlir()], [vals])[0]
     idx32 = create("torch_c.from_builtin_tensor", [TensorType(out, "si32").mlir()], [idx])[0]
@@ -245,14 +209,6 @@ def _rewrite(site: _Site) -> tuple[Value, Value]:
     indices = b.op("torch.aten.to.dtype", [idx32, b.int(_TORCH_INT64), b.bool(False), b.bool(False), b.none()],
                    TensorType(out, "si64"))
     return values, indices
-
-
-def _append_parsed(module_op: Operation, text: str) -> None:
-    """Parse `text` (module-level ops) in the module's context and move them to its end."""
-    parsed = Module.parse(f"module {{{text}\n}}", module_op.context)
-    body = module_op.regions[0].blocks[0]
-    for op in list(parsed.body.operations):
-        body.append(op)
 
 
 def _static_row_length(op: Operation) -> int | None:
@@ -301,8 +257,8 @@ class TopkToRadixSelect(ModulePass):
                 owner = c.owner
                 if owner.name.startswith("torch.constant.") and not list(c.uses):
                     owner.erase()
-        text = executable_source_text(kernel_ptx())
+        text = executable_source_text()
         text += "".join(select_function_text(k) for k in sorted({s.k for s in sites}))
         wrappers = {wrapper_name(s.dims, s.k): (s.dims, s.k) for s in sites}
         text += "".join(wrapper_text(*wrappers[name]) for name in sorted(wrappers))
-        _append_parsed(module_op, text)
+        append_parsed(module_op, text)

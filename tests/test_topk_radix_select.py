@@ -1,42 +1,9 @@
-"""The CUDA radix-select top-k: its committed PTX, the ABI the pass declares for it, the CUDA
-pipeline using it, and (on a machine with an NVIDIA GPU) its selection against a stable sort."""
-
-import re
-import subprocess
-import sys
+"""The CUDA radix-select top-k: the CUDA pipeline uses it for every topk, and (on a machine with an
+NVIDIA GPU) its selection equals a stable sort's. Its PTX and ABI: tests/test_cuda_kernels.py."""
 
 import pytest
 
 from day0.passes.pipelines import pipeline_for
-from day0.passes.topk_to_radix_select import KERNEL_ABI, kernel_ptx
-from day0.tools import build_kernels
-
-
-def _entries(ptx: str) -> dict[str, list[str]]:
-    """entry name -> its .param types, from the PTX text."""
-    out = {}
-    for m in re.finditer(r"\.entry (\w+)\(\s*(.*?)\)", ptx, re.S):
-        out[m.group(1)] = re.findall(r"\.param \.(\w+)", m.group(2))
-    return out
-
-
-def test_ptx_declares_the_abi_the_pass_uses():
-    entries = _entries(kernel_ptx().decode())
-    assert set(entries) == {name for name, *_ in KERNEL_ABI}
-    for name, read_only, constants, _ in KERNEL_ABI:
-        # IREE's CUDA ABI: one pointer per binding, then one 32-bit value per push constant
-        assert entries[name] == ["u64"] * len(read_only) + ["u32"] * constants, name
-
-
-def test_ptx_targets_sm90_and_is_what_nvcc_makes_of_the_source():
-    ptx = kernel_ptx().decode()
-    assert re.search(r"^\.target sm_90$", ptx, re.M)
-    if build_kernels.nvcc() is None:
-        pytest.skip("nvcc not installed: cannot rebuild the PTX to compare")
-    if build_kernels.nvcc_release() not in ptx:
-        pytest.skip(f"the PTX was built by another nvcc than this one ({build_kernels.nvcc_release()})")
-    p = subprocess.run([sys.executable, "-m", "day0.tools.build_kernels", "--check"], capture_output=True, text=True)
-    assert p.returncode == 0, p.stderr
 
 
 def test_cuda_pipeline_sends_every_topk_to_the_radix_select():
@@ -44,6 +11,12 @@ def test_cuda_pipeline_sends_every_topk_to_the_radix_select():
     assert "topk-to-radix-select{min-size=0}" in cuda
     assert cuda.index("topk-to-radix-select") < cuda.index("topk-to-linalg-ext")
     assert "radix" not in pipeline_for("llvm-cpu", 16)
+
+
+def test_cuda_pipeline_runs_mxfp4_matmuls_on_the_kernel():
+    cuda, cpu = pipeline_for("cuda-sm90", 16), pipeline_for("llvm-cpu", 16)
+    assert "mxfp4-to-cuda-matvec" in cuda and "fuse-mxfp4-matmul" not in cuda
+    assert "fuse-mxfp4-matmul" in cpu and "mxfp4-to-cuda-matvec" not in cpu
 
 
 def _cuda_device_present() -> bool:

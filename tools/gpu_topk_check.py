@@ -2,22 +2,20 @@
 GPU host, against PyTorch's torch.topk on the same GPU.
 
     python -m day0.tools.gpu_topk_check build DIR            # compile machine: vmfbs per k
-    python -m day0.tools.gpu_topk_check run DIR --json F     # GPU host: numpy, torch, iree runtime
+    python -m day0.tools.gpu_topk_check run DIR --json F     # GPU host: numpy + iree runtime
+    python -m day0.tools.gpu_topk_check kernels PTX          # GPU host with torch: kernel times
 
-Each k gets `topk_k{k}.vmfb` with
-    topk(x: [T, N] f32) -> (values [T, k], indices [T, k] i32)
-    repeat(x, r: [1] i32) -> [T, k] i32   r selections in one call (x + i for i < r, summed indices)
-    repeat_add(x, r)      -> [T, k] i32   the same loop without the selection
-so that (repeat(R) - repeat_add(R)) / R is the device time of one selection, free of the
-~100 µs host floor of a call. Correctness cases compare the selected set with the first k of a
-stable descending sort (ties: lower position), and the values with x at the indices.
+Each k gets `topk_k{k}.vmfb` with topk(x: [T, N] f32) -> (values [T, k], indices [T, k] i32);
+`run` compares, case by case in child processes with a timeout, the selected set with the first
+k of a stable descending sort (ties: lower position) and the values with x at the indices.
+`kernels` launches the PTX's kernels through the CUDA driver on torch tensors and times them
+inside a CUDA graph (device time, no launch gaps), beside torch.topk timed the same way.
 """
 
 import argparse
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -37,46 +35,12 @@ func.func @stub(%x: !torch.vtensor<[?,?],f32>) -> (!torch.vtensor<[?,{k}],f32>, 
 }}"""
 
 
-def _bench_functions(k: int, select: str) -> str:
-    def loop(name: str, body: str) -> str:
-        return f"""
-  func.func @{name}(%x: tensor<?x?xf32>, %r: tensor<1xi32>) -> tensor<?x{k}xi32> {{
-    %c0 = arith.constant 0 : index
-    %c1 = arith.constant 1 : index
-    %t = tensor.dim %x, %c0 : tensor<?x?xf32>
-    %n = tensor.dim %x, %c1 : tensor<?x?xf32>
-    %r0 = tensor.extract %r[%c0] : tensor<1xi32>
-    %reps = arith.index_cast %r0 : i32 to index
-    %zero = arith.constant 0 : i32
-    %e = tensor.empty(%t) : tensor<?x{k}xi32>
-    %acc0 = linalg.fill ins(%zero : i32) outs(%e : tensor<?x{k}xi32>) -> tensor<?x{k}xi32>
-    %out = scf.for %i = %c0 to %reps step %c1 iter_args(%acc = %acc0) -> tensor<?x{k}xi32> {{
-      %ii = arith.index_cast %i : index to i32
-      %fi = arith.sitofp %ii : i32 to f32
-      %xe = tensor.empty(%t, %n) : tensor<?x?xf32>
-      %xi = linalg.generic {{indexing_maps = [affine_map<(a, b) -> (a, b)>, affine_map<(a, b) -> (a, b)>],
-          iterator_types = ["parallel", "parallel"]}} ins(%x : tensor<?x?xf32>) outs(%xe : tensor<?x?xf32>) {{
-      ^bb0(%in: f32, %o: f32):
-        %s = arith.addf %in, %fi : f32
-        linalg.yield %s : f32
-      }} -> tensor<?x?xf32>
-{body}
-      scf.yield %next : tensor<?x{k}xi32>
-    }}
-    return %out : tensor<?x{k}xi32>
-  }}"""
-
-    sel = f"""      %v, %idx = func.call @{select}(%xi) : (tensor<?x?xf32>) -> (tensor<?x{k}xf32>, tensor<?x{k}xi32>)
-      %next = arith.addi %acc, %idx : tensor<?x{k}xi32>"""
-    add = f"""      %head = tensor.extract_slice %xi[0, 0] [%t, {k}] [1, 1] : tensor<?x?xf32> to tensor<?x{k}xf32>
-      %hi = arith.fptosi %head : tensor<?x{k}xf32> to tensor<?x{k}xi32>
-      %next = arith.addi %acc, %hi : tensor<?x{k}xi32>"""
-    plain = f"""
+def _entry_function(k: int, select: str) -> str:
+    return f"""
   func.func @topk(%x: tensor<?x?xf32>) -> (tensor<?x{k}xf32>, tensor<?x{k}xi32>) {{
     %v, %i = func.call @{select}(%x) : (tensor<?x?xf32>) -> (tensor<?x{k}xf32>, tensor<?x{k}xi32>)
     return %v, %i : tensor<?x{k}xf32>, tensor<?x{k}xi32>
   }}"""
-    return plain + loop("repeat", sel) + loop("repeat_add", add)
 
 
 def build(out: Path, target: str = "cuda-sm90") -> None:
@@ -95,7 +59,7 @@ def build(out: Path, target: str = "cuda-sm90") -> None:
         stub_end = body.index("hal.executable.source")
         # drop the torch stub; keep the executable and the select function, add the entry points
         body = body[stub_end:]
-        text = text[: text.index("module")] + "module {\n  " + body + _bench_functions(k, select_function_name(k)) + "\n}\n"
+        text = text[: text.index("module")] + "module {\n  " + body + _entry_function(k, select_function_name(k)) + "\n}\n"
         compile_mlir(text, target, out / f"topk_k{k}.vmfb", repro_dir=out / f"repro_k{k}")
 
 
@@ -156,41 +120,6 @@ def check_one(out: Path, name: str, device: str) -> dict:
     return {"case": name, "rows": int(x.shape[0]), "n": int(x.shape[1]), "k": k, "bad_rows": bad_rows}
 
 
-def time_one(out: Path, name: str, device: str, reps: int) -> dict:
-    import torch
-
-    from day0.runtime.vm import VmModule
-
-    x, k = _cases(np.random.default_rng(0))[name]
-    mod = VmModule.load(out / f"topk_k{k}.vmfb", device=device)
-    res = {"case": name, "rows": int(x.shape[0]), "n": int(x.shape[1]), "k": k}
-    for fn in ("repeat", "repeat_add"):
-        f = mod.function(fn)
-        f(x, np.array([2], np.int32)).to_host()  # warm
-        ts = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            f(x, np.array([reps], np.int32)).to_host()
-            ts.append(time.perf_counter() - t0)
-        res[f"{fn}_ms"] = float(np.median(ts)) * 1e3
-    res["day0_us"] = (res["repeat_ms"] - res["repeat_add_ms"]) / reps * 1e3
-    xt = torch.from_numpy(x).cuda()
-    for _ in range(3):
-        torch.topk(xt, k, sorted=False)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    ts = []
-    for _ in range(20):
-        start.record()
-        for _ in range(10):
-            torch.topk(xt, k, sorted=False)
-        end.record()
-        torch.cuda.synchronize()
-        ts.append(start.elapsed_time(end) / 10 * 1e3)
-    res["torch_us"] = float(np.median(ts))
-    res["bytes_read"] = int(x.nbytes)
-    return res
-
-
 def kernel_times(ptx_path: Path, n: int, k: int, rows: int = 1, reps: int = 200) -> dict:
     """Each kernel launched directly through the CUDA driver (ctypes) on torch tensors and timed
     with CUDA events: the kernels' own device time, without IREE's per-call costs."""
@@ -210,7 +139,7 @@ def kernel_times(ptx_path: Path, n: int, k: int, rows: int = 1, reps: int = 200)
         return fn
 
     hist, collect, finish = kernel("day0_topk_hist"), kernel("day0_topk_collect"), kernel("day0_topk_finish")
-    stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+    stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)  # rebound while capturing
     segs = -(-n // 8192)
     g = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(rows, n, device="cuda", generator=g)
@@ -239,38 +168,46 @@ def kernel_times(ptx_path: Path, n: int, k: int, rows: int = 1, reps: int = 200)
     want = set(torch.topk(x[0], k).indices.tolist())
     ok = set(oi[0].tolist()) == want
     res = {"n": n, "k": k, "rows": rows, "segments": segs, "correct": ok, "candidates": int(hdr[0, 2])}
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for name, f in steps.items():
+    def graph_us(fns) -> float:
+        """Device time of one round of fns, from a CUDA graph of 20 rounds (no launch gaps)."""
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for f in fns:
+                f()
+        torch.cuda.current_stream().wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            nonlocal stream
+            stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+            for _ in range(20):
+                for f in fns:
+                    f()
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        g.replay()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        for _ in range(reps):
-            f()
+        for _ in range(reps // 20 + 1):
+            g.replay()
         end.record()
         torch.cuda.synchronize()
-        res[f"{name}_us"] = start.elapsed_time(end) / reps * 1e3
-    start.record()
-    for _ in range(reps):
-        for f in steps.values():
-            f()
-    end.record()
-    torch.cuda.synchronize()
-    res["all_us"] = start.elapsed_time(end) / reps * 1e3
-    start.record()
-    for _ in range(reps):
-        torch.topk(x, k, sorted=False)
-    end.record()
-    torch.cuda.synchronize()
-    res["torch_topk_us"] = start.elapsed_time(end) / reps * 1e3
+        return start.elapsed_time(end) * 1e3 / ((reps // 20 + 1) * 20)
+
+    for name, f in steps.items():
+        res[f"{name}_us"] = graph_us([f])
+    res["all_us"] = graph_us(list(steps.values()))
+    res["torch_topk_us"] = graph_us([lambda: torch.topk(x, k, sorted=False)])
     return res
 
 
-def run(out: Path, device: str, timeout: float, reps: int) -> list[dict]:
+def run(out: Path, device: str, timeout: float) -> list[dict]:
     results = []
     names = list(_cases(np.random.default_rng(0)))
-    timed = [n for n in names if n.startswith("decode_") or n.startswith("causal_") or n.startswith("mostly")]
-    jobs = [("_check", n) for n in names] + [("_time", n) for n in timed]
+    jobs = [("_check", n) for n in names]
     for mode, name in jobs:
         cmd = [sys.executable, "-m", "day0.tools.gpu_topk_check", mode, str(out), name,
-               "--device", device, "--reps", str(reps)]
+               "--device", device]
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
             line = p.stdout.strip().splitlines()[-1] if p.returncode == 0 and p.stdout.strip() else None
@@ -285,12 +222,11 @@ def run(out: Path, device: str, timeout: float, reps: int) -> list[dict]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="day0-gpu-topk-check")
-    p.add_argument("mode", choices=["build", "run", "kernels", "_check", "_time"])
+    p.add_argument("mode", choices=["build", "run", "kernels", "_check"])
     p.add_argument("dir")
     p.add_argument("case", nargs="?")
     p.add_argument("--device", default="cuda")
     p.add_argument("--timeout", type=float, default=60)
-    p.add_argument("--reps", type=int, default=50)
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
     out = Path(a.dir)
@@ -301,10 +237,8 @@ def main(argv=None) -> int:
             print(json.dumps(kernel_times(out, n, 2048, rows)), flush=True)
     elif a.mode == "_check":
         print(json.dumps(check_one(out, a.case, a.device)))
-    elif a.mode == "_time":
-        print(json.dumps(time_one(out, a.case, a.device, a.reps)))
     else:
-        results = run(out, a.device, a.timeout, a.reps)
+        results = run(out, a.device, a.timeout)
         if a.json:
             Path(a.json).write_text(json.dumps(results, indent=2))
     return 0

@@ -1,0 +1,72 @@
+// MXFP4 expert matvec for IREE's CUDA target (sm_90): out[r, n] = W[e_r][n, :] · x[r / per_x, :]
+// with W stored as the `day0::mxfp4_moe` op stores it: packed u8 [E, N, K/2] (two E2M1 codes a
+// byte, low nibble = even element) and scales u8 [E, N, K/32] (E8M0, one per 32 elements).
+//
+// Dispatched by the `mxfp4-to-cuda-matvec` pass (IREE external dispatch ABI: bindings in order,
+// then i32 push constants). Rows r = t·k + j of the op's [T, k, N] result, expert e_r =
+// experts[r] (i64), x row = t = r / k. An expert index outside [0, E) yields zeros (never a
+// fault). K must be a multiple of 32 (the op's precondition); any N.
+//
+// One 16-byte load of packed bytes is exactly one MX block (32 values) and its scale byte: lane l
+// of a warp takes blocks l, l+32, ... of a weight row, and the warp reduces. A CTA of 8 warps
+// computes 32 rows (4 per warp) of one (t, j): grid (ceil(N / 32), T·k).
+
+#define WARPS 8
+#define ROWS_PER_WARP 4
+#define ROWS_PER_CTA (WARPS * ROWS_PER_WARP)
+#define MAX_K 8192  // x row cached in shared memory (the pass checks K <= MAX_K)
+// x is stored 33 floats per 32-value block: lane b reads block b, so an unpadded layout would
+// put all 32 lanes on one shared-memory bank.
+#define XPAD(i) ((i) + ((i) >> 5))
+
+// 2·|E2M1[c]| for c = 0..7 as 4-bit fields: 0, 1, 2, 3, 4, 6, 8, 12.
+__device__ __forceinline__ float e2m1(unsigned nibble) {
+  float mag = (float)((0xC8643210u >> ((nibble & 7u) * 4u)) & 15u) * 0.5f;
+  return (nibble & 8u) ? -mag : mag;
+}
+
+extern "C" __global__ void __launch_bounds__(WARPS * 32)
+day0_mxfp4_matvec(const float* __restrict__ x, const unsigned char* __restrict__ packed,
+                  const unsigned char* __restrict__ scales, const long long* __restrict__ experts,
+                  float* __restrict__ out, int K, int N, int k, int E) {
+  __shared__ float xs[XPAD(MAX_K)];
+  __shared__ float2 lut[256];  // a byte's two decoded values (low nibble first)
+  const int r = blockIdx.y, t = r / k;
+  const long long e = experts[r];
+  const float* xr = x + (size_t)t * K;
+  for (int i = threadIdx.x; i < K; i += WARPS * 32) xs[XPAD(i)] = xr[i];
+  lut[threadIdx.x] = make_float2(e2m1(threadIdx.x & 15u), e2m1(threadIdx.x >> 4));  // 256 threads
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int blocks = K / 32;
+  for (int rr = 0; rr < ROWS_PER_WARP; ++rr) {
+    const int n = blockIdx.x * ROWS_PER_CTA + warp * ROWS_PER_WARP + rr;
+    if (n >= N) break;
+    float acc = 0.0f;
+    if (e >= 0 && e < E) {
+      const size_t row = (size_t)e * N + n;
+      const uint4* prow = reinterpret_cast<const uint4*>(packed + row * (size_t)(K / 2));
+      const unsigned char* srow = scales + row * (size_t)blocks;
+#pragma unroll 4
+      for (int b = lane; b < blocks; b += 32) {  // unrolled: several 16-byte loads in flight
+        const uint4 q = __ldg(prow + b);  // 16 bytes = 32 codes of block b
+        const float s = __int_as_float((int)srow[b] << 23);  // 2^(s-127)
+        const float* xb = xs + b * 33;
+        const unsigned words[4] = {q.x, q.y, q.z, q.w};
+        float part = 0.0f;
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const float2 v = lut[(words[w] >> (8 * i)) & 0xffu];
+            part += v.x * xb[w * 8 + 2 * i] + v.y * xb[w * 8 + 2 * i + 1];
+          }
+        }
+        acc += part * s;
+      }
+    }
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, d);
+    if (lane == 0) out[(size_t)r * N + n] = acc;
+  }
+}

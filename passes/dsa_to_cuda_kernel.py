@@ -1,0 +1,153 @@
+"""dsa-to-cuda-kernel: run `torch.day0.dsa_attention` as day0's CUDA sparse-attention kernels
+(lowering/kernels/dsa_attention.cu), two IREE external dispatches, on the cuda-sm90 target.
+
+Why not dsa-to-gather-tiles on CUDA: its K/tile unrolled tiles are a chain of small dependent
+dispatches; on the H200 a decode step of top-2048 over 64 heads took ~1.1 ms whatever the
+context (32K to 1M), against ~0.1–1 ms for PyTorch. Here one kernel takes a split of 128
+selected slots × 4 heads per CTA (rows staged in shared memory, online softmax in f32), and a
+second merges the splits (flash-decoding).
+
+Precondition: dsa-to-gather-tiles' op checks (q [S,H,D], kv [T,D], indices [S,K] integers,
+result [S,H,V]; H, D, T, K static; f32 or bf16), plus D <= 576 and V <= 1024 (the kernel's
+shared-memory and register layout). Rewrite:
+    %o = torch.operator "torch.day0.dsa_attention"(%q, %kv, %idx, %scale, %vdim)
+ -> %o = func.call @day0_dsa_<dtype>_H<H>_D<D>_T<T>_K<K>_V<V>_s<scale bits>(qb, kvb, idxb)
+whose body is
+    %ml, %acc = flow.dispatch @day0_dsa_attention::@day0_dsa_partial_<dtype>[splits, ceil(H/4), S]
+    %out      = flow.dispatch @day0_dsa_attention::@day0_dsa_combine_<dtype>[H, S]
+with splits = ceil(K / 128). Empty slots (index < 0 or >= T) contribute nothing; a query with
+no valid slot gets zeros (as the op's reference and dsa-to-gather-tiles).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from day0.frontend.ir import InsertionPoint, Operation, Type, ir
+from day0.passes import extern_dispatch
+from day0.passes.base import DiagnosticEngine, ModulePass, collect_ops, operator_name
+from day0.passes.dsa_to_gather_tiles import OP_NAME, _check
+from day0.passes.extern_dispatch import append_parsed, tensor_text
+from day0.passes.torch_ir import TensorType, TorchBuilder
+
+EXECUTABLE = "day0_dsa_attention"
+KERNEL_PTX = "dsa_attention.sm_90.ptx"
+THREADS = 256
+HEADS_PER_CTA = 4
+ROWS_PER_SPLIT = 128
+MAX_D = 576
+MAX_V = 1024
+_DTYPES = {"f32": "f32", "bf16": "bf16"}  # torch dtype -> kernel suffix / builtin element type
+_TORCH_INT64 = 4
+KERNEL_ABI = tuple(
+    row for dt in _DTYPES.values() for row in (
+        # q, kv, idx | partial (m, l), partial acc ; H, D, K, V, T, scale bits ; grid (splits, H/4, S)
+        (f"day0_dsa_partial_{dt}", (True, True, True, False, False), 6, 3),
+        # partial (m, l), partial acc | out ; H, V, splits ; grid (H, S)
+        (f"day0_dsa_combine_{dt}", (True, True, False), 3, 2),
+    ))
+
+
+def executable_source_text() -> str:
+    return extern_dispatch.executable_source_text(EXECUTABLE, KERNEL_PTX, KERNEL_ABI, THREADS)
+
+
+def scale_bits(scale: float) -> int:
+    """The f32 bits of `scale` as a signed i32 (push constants are 32-bit integers)."""
+    return struct.unpack("<i", struct.pack("<f", scale))[0]
+
+
+def function_name(dt: str, H: int, D: int, T: int, K: int, V: int, scale: float) -> str:
+    return f"day0_dsa_{dt}_H{H}_D{D}_T{T}_K{K}_V{V}_s{scale_bits(scale) & 0xFFFFFFFF:08x}"
+
+
+def function_text(dt: str, H: int, D: int, T: int, K: int, V: int, scale: float) -> str:
+    splits, groups = -(-K // ROWS_PER_SPLIT), -(-H // HEADS_PER_CTA)
+    q_t, kv_t, idx_t = f"tensor<?x{H}x{D}x{dt}>", f"tensor<{T}x{D}x{dt}>", f"tensor<?x{K}xi64>"
+    ml_t, acc_t, out_t = (f"tensor<?x{splits}x{H}x2xf32>", f"tensor<?x{splits}x{H}x{V}xf32>",
+                          f"tensor<?x{H}x{V}x{dt}>")
+    return f"""
+  func.func private @{function_name(dt, H, D, T, K, V, scale)}(%q: {q_t}, %kv: {kv_t}, %idx: {idx_t}) -> {out_t} {{
+    %c0 = arith.constant 0 : index
+    %s = tensor.dim %q, %c0 : {q_t}
+    %splits = arith.constant {splits} : index
+    %groups = arith.constant {groups} : index
+    %nh = arith.constant {H} : index
+    %H = arith.constant {H} : i32
+    %D = arith.constant {D} : i32
+    %K = arith.constant {K} : i32
+    %V = arith.constant {V} : i32
+    %T = arith.constant {T} : i32
+    %scale = arith.constant {scale_bits(scale)} : i32
+    %nsplits = arith.constant {splits} : i32
+    %ml, %acc = flow.dispatch @{EXECUTABLE}::@day0_dsa_partial_{dt}[%splits, %groups, %s](%H, %D, %K, %V, %T, %scale, %q, %kv, %idx)
+        : (i32, i32, i32, i32, i32, i32, {q_t}{{%s}}, {kv_t}, {idx_t}{{%s}}) -> ({ml_t}{{%s}}, {acc_t}{{%s}})
+    %out = flow.dispatch @{EXECUTABLE}::@day0_dsa_combine_{dt}[%nh, %s](%H, %V, %nsplits, %ml, %acc)
+        : (i32, i32, i32, {ml_t}{{%s}}, {acc_t}{{%s}}) -> {out_t}{{%s}}
+    return %out : {out_t}
+  }}"""
+
+
+@dataclass(frozen=True)
+class DsaToCudaKernel(ModulePass):
+    name = "dsa-to-cuda-kernel"
+
+    def apply(self, module_op: Operation, diag: DiagnosticEngine) -> None:
+        sites = []
+        for op in collect_ops(module_op, lambda op: operator_name(op) == OP_NAME):
+            site = _check(op, diag)
+            if site is None:
+                continue
+            problem = (f"dtype {site.dtype} (the kernel takes f32 or bf16)" if site.dtype not in _DTYPES
+                       else f"D={site.D} > {MAX_D}" if site.D > MAX_D
+                       else f"V={site.V} > {MAX_V}" if site.V > MAX_V else None)
+            if problem:
+                diag.error(op, f"dsa_attention: the CUDA kernel cannot take {problem}")
+                continue
+            sites.append(site)
+        if not sites or diag.diagnostics:
+            return
+        functions = {}
+        for site in sites:
+            T = TensorType.of(site.kv).dims[0]
+            key = (_DTYPES[site.dtype], site.H, site.D, T, site.K, site.V, site.scale)
+            functions[function_name(*key)] = key
+            with site.op.location:
+                _rewrite(site, function_name(*key))
+        append_parsed(module_op, executable_source_text()
+                      + "".join(function_text(*functions[n]) for n in sorted(functions)))
+
+
+def _rewrite(site, fn: str) -> None:
+    op, loc = site.op, site.op.location
+    ip = InsertionPoint(op)
+    dt = _DTYPES[site.dtype]
+
+    def create(name, result_type: str, operands):
+        return Operation.create(name, results=[Type.parse(result_type)], operands=operands,
+                                loc=loc, ip=ip).result
+
+    S, H, D, K, V = site.S, site.H, site.D, site.K, site.V
+    idx = site.idx
+    if site.idx_dtype != "si64":
+        b = TorchBuilder(op)
+        idx = b.op("torch.aten.to.dtype", [idx, b.int(_TORCH_INT64), b.bool(False), b.bool(False), b.none()],
+                   TensorType((S, K), "si64"))
+    qb = create("torch_c.to_builtin_tensor", tensor_text((S, H, D), dt), [site.q])
+    kvb = create("torch_c.to_builtin_tensor", tensor_text(TensorType.of(site.kv).dims, dt), [site.kv])
+    ib = create("torch_c.to_builtin_tensor", tensor_text((S, K), "i64"), [idx])
+    if S is not None:
+        qb = create("tensor.cast", tensor_text((None, H, D), dt), [qb])
+        ib = create("tensor.cast", tensor_text((None, K), "i64"), [ib])
+    y = Operation.create("func.call", results=[Type.parse(tensor_text((None, H, V), dt))], operands=[qb, kvb, ib],
+                         attributes={"callee": ir.FlatSymbolRefAttr.get(fn)}, loc=loc, ip=ip).result
+    if S is not None:
+        y = create("tensor.cast", tensor_text((S, H, V), dt), [y])
+    out = create("torch_c.from_builtin_tensor", str(TensorType((S, H, V), site.dtype).mlir()), [y])
+    op.result.replace_all_uses_with(out)
+    scalars = list(op.operands)[3:]
+    op.erase()
+    for v in scalars:  # the scale and value_dim constants, if nothing else reads them
+        if v.owner.name.startswith("torch.constant.") and not list(v.uses):
+            v.owner.erase()

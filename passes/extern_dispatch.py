@@ -1,0 +1,71 @@
+"""Helpers for passes that call day0's hand-written CUDA kernels as IREE external dispatches: the
+PTX shipped in lowering/kernels/, the `hal.executable.source` declaring a kernel set, and parsing
+module-level text into a module.
+
+A kernel follows IREE's CUDA ABI: one pointer per binding (in dispatch order: operands, then the
+results that are not tied to an operand), then one 32-bit value per push constant. A kernel set
+is described as KERNEL_ABI rows (entry, read-only flag per binding, push constants, workload
+dims); the workload is the CUDA grid (x, y, z), missing dims 1.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+
+from day0.frontend.ir import Module, Operation
+
+
+@cache
+def kernel_ptx(name: str) -> bytes:
+    """The committed PTX `lowering/kernels/<name>` (regenerate with tools/build_kernels.py)."""
+    return resources.files("day0.lowering").joinpath("kernels", name).read_bytes()
+
+
+def _binding(read_only: bool) -> str:
+    return "#hal.pipeline.binding<storage_buffer, ReadOnly>" if read_only else "#hal.pipeline.binding<storage_buffer>"
+
+
+def _export(name: str, ordinal: int, read_only, constants: int, workload: int, threads: int) -> str:
+    bindings = ", ".join(_binding(r) for r in read_only)
+    args = ", ".join(f"%w{i}: index" for i in range(workload))
+    grid = ", ".join([f"%w{i}" for i in range(workload)] + ["%one"] * (3 - workload))
+    layout = f"#hal.pipeline.layout<constants = {constants}, bindings = [{bindings}]>"
+    # Generic form: the custom assembly of these ops has changed between IREE releases.
+    return f"""
+    "hal.executable.export"() <{{layout = {layout}, ordinal = {ordinal} : index, sym_name = "{name}",
+        sym_visibility = "public", workgroup_size = [{threads} : index, 1 : index, 1 : index]}}> ({{
+    ^bb0(%device: !hal.device, {args}):
+      %one = arith.constant 1 : index
+      "hal.return"({grid}) : (index, index, index) -> ()
+    }}, {{}}) : () -> ()"""
+
+
+def executable_source_text(symbol: str, ptx_name: str, abi, threads: int) -> str:
+    """`hal.executable.source @symbol` exporting the kernels of `abi`, with the PTX embedded."""
+    exports = "".join(_export(name, i, read_only, constants, workload, threads)
+                      for i, (name, read_only, constants, workload) in enumerate(abi))
+    ptx = kernel_ptx(ptx_name)
+    data = f'dense<"0x{ptx.hex().upper()}"> : vector<{len(ptx)}xi8>'
+    target = '#hal.executable.target<"cuda", "cuda-nvptx-fb">'
+    # `path` names the file for readers; IREE uses the embedded `data` (IREE 3.13 also prints an
+    # object without a path unparseably, as `<{, data = ...}>`).
+    obj = f'#hal.executable.object<{{path = "{ptx_name}", data = {data}}}>'
+    objects = f"#hal.executable.objects<{{{target} = [{obj}]}}>"
+    return f"""
+  "hal.executable.source"() <{{sym_name = "{symbol}", sym_visibility = "private", objects = {objects}}}> ({{{exports}
+    "hal.executable.source_end"() : () -> ()
+  }}) : () -> ()"""
+
+
+def tensor_text(dims, elem: str) -> str:
+    """tensor<...> spelling of dims (None = dynamic) and an element type."""
+    return f"tensor<{'x'.join(['?' if d is None else str(d) for d in dims] + [elem])}>"
+
+
+def append_parsed(module_op: Operation, text: str) -> None:
+    """Parse `text` (module-level ops) in the module's context and move them to its end."""
+    parsed = Module.parse(f"module {{{text}\n}}", module_op.context)
+    body = module_op.regions[0].blocks[0]
+    for op in list(parsed.body.operations):
+        body.append(op)

@@ -1,0 +1,158 @@
+"""mxfp4-to-cuda-matvec: run `torch.day0.mxfp4_moe` / `mxfp4_linear` as day0's CUDA MXFP4 matvec
+kernel (lowering/kernels/mxfp4_matvec.cu), an IREE external dispatch, on the cuda-sm90 target.
+
+Why not fuse-mxfp4-matmul's linalg form on CUDA: IREE 3.13 fails to compile it there with its
+default reduction pipeline ("failed to distribute", every size tried from 256×256 up), and with
+that pipeline switched off it compiles but computes wrong results on the H200 (relative error
+0.8–1.4 for a 4096×4096 matvec and for the MoE form; correct only at 256×256). The kernel reads
+each 16-byte MX block (32 codes) with its scale byte in one load and gathers the chosen experts'
+rows itself (no gathered weight copy).
+
+Precondition: the op checks of fuse-mxfp4-matmul (f32 x [M|T, K], ui8 packed/scales with
+static dims, K a multiple of 32), plus K <= 8192 (the kernel caches x in shared memory).
+Rewrite:
+    %y = torch.operator "torch.day0.mxfp4_moe"(%x, %p, %s, %e)    # [T, k, N]
+ -> %r = func.call @day0_mxfp4_moe_<E>x<N>x<K>_k<k>(xb, pb, sb, eb)  (builtin tensors, T dynamic)
+with the function holding one flow.dispatch of @day0_mxfp4_matvec over the grid (ceil(N/32), T·k).
+mxfp4_linear is the same with one expert: packed [1, N, K/2], experts all 0, k = 1.
+Afterwards no mxfp4 op is left.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from day0.frontend.ir import InsertionPoint, Operation, Type, ir
+from day0.passes import extern_dispatch
+from day0.passes.base import DiagnosticEngine, ModulePass, collect_ops, operator_name
+from day0.passes.extern_dispatch import append_parsed, tensor_text
+from day0.passes.fuse_mxfp4_matmul import LINEAR, MOE, _check
+from day0.passes.torch_ir import TensorType, TorchBuilder
+
+EXECUTABLE = "day0_mxfp4_matvec"
+KERNEL_PTX = "mxfp4_matvec.sm_90.ptx"
+THREADS = 256  # 8 warps
+ROWS_PER_CTA = 32
+MAX_K = 8192
+_TORCH_INT64 = 4
+# x, packed, scales, experts (i64) | out ; constants K, N, k, E ; grid (ceil(N/32), rows)
+KERNEL_ABI = (("day0_mxfp4_matvec", (True, True, True, True, False), 4, 2),)
+
+
+def executable_source_text() -> str:
+    return extern_dispatch.executable_source_text(EXECUTABLE, KERNEL_PTX, KERNEL_ABI, THREADS)
+
+
+def function_name(moe: bool, E: int, N: int, K: int, k: int) -> str:
+    return f"day0_mxfp4_moe_{E}x{N}x{K}_k{k}" if moe else f"day0_mxfp4_linear_{N}x{K}"
+
+
+def function_text(moe: bool, E: int, N: int, K: int, k: int) -> str:
+    """moe: (x ?xK f32, packed ExNxK/2 i8, scales ExNxK/32 i8, experts ?xk i64) -> ?xkxN f32;
+    linear: (x ?xK, packed NxK/2, scales NxK/32) -> ?xN."""
+    KB, G = K // 2, K // 32
+    e_dims = (E, N) if moe else (N,)
+    head = (f"%x: tensor<?x{K}xf32>, %p: {tensor_text((*e_dims, KB), 'i8')}, "
+            f"%s: {tensor_text((*e_dims, G), 'i8')}" + (f", %e: tensor<?x{k}xi64>" if moe else ""))
+    result = f"tensor<?x{k}x{N}xf32>" if moe else f"tensor<?x{N}xf32>"
+    lines = [f"  func.func private @{function_name(moe, E, N, K, k)}({head}) -> {result} {{",
+             "    %c0 = arith.constant 0 : index",
+             f"    %t = tensor.dim %x, %c0 : tensor<?x{K}xf32>",
+             f"    %ck = arith.constant {k} : index",
+             "    %rows = arith.muli %t, %ck : index",
+             f"    %gx = arith.constant {-(-N // ROWS_PER_CTA)} : index"]
+    if moe:
+        lines.append(f"    %ef = tensor.collapse_shape %e [[0, 1]] : tensor<?x{k}xi64> into tensor<?xi64>")
+        pw, sw = "%p", "%s"
+    else:  # one expert: weights as [1, N, ...], experts all 0
+        lines += [f"    %pw = tensor.expand_shape %p [[0, 1], [2]] output_shape [1, {N}, {KB}] : "
+                  f"tensor<{N}x{KB}xi8> into tensor<1x{N}x{KB}xi8>",
+                  f"    %sw = tensor.expand_shape %s [[0, 1], [2]] output_shape [1, {N}, {G}] : "
+                  f"tensor<{N}x{G}xi8> into tensor<1x{N}x{G}xi8>",
+                  "    %zero = arith.constant 0 : i64",
+                  "    %ee = tensor.empty(%rows) : tensor<?xi64>",
+                  "    %ef = linalg.fill ins(%zero : i64) outs(%ee : tensor<?xi64>) -> tensor<?xi64>"]
+        pw, sw = "%pw", "%sw"
+    ne = E if moe else 1
+    lines += [f"    %K = arith.constant {K} : i32",
+              f"    %N = arith.constant {N} : i32",
+              f"    %k = arith.constant {k} : i32",
+              f"    %E = arith.constant {ne} : i32",
+              f"    %o = flow.dispatch @{EXECUTABLE}::@day0_mxfp4_matvec[%gx, %rows](%K, %N, %k, %E, %x, {pw}, {sw}, %ef)"
+              f" : (i32, i32, i32, i32, tensor<?x{K}xf32>{{%t}}, tensor<{ne}x{N}x{KB}xi8>, "
+              f"tensor<{ne}x{N}x{G}xi8>, tensor<?xi64>{{%rows}}) -> tensor<?x{N}xf32>{{%rows}}"]
+    if moe:
+        lines += [f"    %r = tensor.expand_shape %o [[0, 1], [2]] output_shape [%t, {k}, {N}] : "
+                  f"tensor<?x{N}xf32> into {result}", f"    return %r : {result}"]
+    else:
+        lines.append(f"    return %o : {result}")
+    lines.append("  }")
+    return "\n" + "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Mxfp4ToCudaMatvec(ModulePass):
+    name = "mxfp4-to-cuda-matvec"
+
+    def apply(self, module_op: Operation, diag: DiagnosticEngine) -> None:
+        ops = collect_ops(module_op, lambda op: operator_name(op) in (LINEAR, MOE))
+        sites = []
+        for op in ops:
+            site = _check(op, operator_name(op) == MOE, diag)
+            if site is None:
+                continue
+            if site.K > MAX_K:
+                diag.error(op, f"{'mxfp4_moe' if site.moe else 'mxfp4_linear'}: K={site.K} is larger than the "
+                               f"CUDA matvec kernel's {MAX_K} (x is cached in shared memory)")
+                continue
+            sites.append(site)
+        if not sites or diag.diagnostics:
+            return
+        functions = {}
+        for site in sites:
+            key = (site.moe, site.E if site.moe else 1, site.N, site.K, site.k if site.moe else 1)
+            functions[function_name(*key)] = key
+            with site.op.location:
+                self._rewrite(site, function_name(*key))
+        append_parsed(module_op, executable_source_text()
+                      + "".join(function_text(*functions[n]) for n in sorted(functions)))
+
+    @staticmethod
+    def _rewrite(site, fn: str) -> None:
+        op, loc = site.op, site.op.location
+        ip = InsertionPoint(op)
+
+        def create(name, result_type: str, operands, attrs=None):
+            return Operation.create(name, results=[Type.parse(result_type)], operands=operands,
+                                    attributes=attrs or {}, loc=loc, ip=ip).result
+
+        x, packed, scales, *rest = op.operands
+        K, N, lead = site.K, site.N, site.lead
+        xt = TensorType.of(x)
+        xb = create("torch_c.to_builtin_tensor", tensor_text(xt.dims, "f32"), [x])
+        if lead is not None:
+            xb = create("tensor.cast", f"tensor<?x{K}xf32>", [xb])
+        args = [xb]
+        for v in (packed, scales):
+            args.append(create("torch_c.to_builtin_tensor", tensor_text(TensorType.of(v).dims, "i8"), [v]))
+        if site.moe:
+            experts = rest[0]
+            et = TensorType.of(experts)
+            if et.dtype != "si64":
+                b = TorchBuilder(op)
+                experts = b.op("torch.aten.to.dtype", [experts, b.int(_TORCH_INT64), b.bool(False), b.bool(False),
+                                                       b.none()], TensorType(et.dims, "si64"))
+            eb = create("torch_c.to_builtin_tensor", tensor_text(et.dims, "i64"), [experts])
+            if lead is not None:
+                eb = create("tensor.cast", f"tensor<?x{site.k}xi64>", [eb])
+            args.append(eb)
+            dyn, out_dims = f"tensor<?x{site.k}x{N}xf32>", (lead, site.k, N)
+        else:
+            dyn, out_dims = f"tensor<?x{N}xf32>", (lead, N)
+        y = Operation.create("func.call", results=[Type.parse(dyn)], operands=args,
+                             attributes={"callee": ir.FlatSymbolRefAttr.get(fn)}, loc=loc, ip=ip).result
+        if lead is not None:
+            y = create("tensor.cast", tensor_text(out_dims, "f32"), [y])
+        out = create("torch_c.from_builtin_tensor", str(TensorType(out_dims, "f32").mlir()), [y])
+        op.result.replace_all_uses_with(out)
+        op.erase()

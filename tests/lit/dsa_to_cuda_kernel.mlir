@@ -1,0 +1,60 @@
+// RUN: day0-opt %s --pass-pipeline='builtin.module(dsa-to-cuda-kernel)' | filecheck %s
+// RUN: day0-opt %s --pass-pipeline='builtin.module(dsa-to-cuda-kernel)' | filecheck %s --check-prefix=GONE
+
+// GONE-NOT: torch.day0.dsa_attention
+// GONE: hal.executable.source private @day0_dsa_attention
+// GONE-NOT: torch.day0.dsa_attention
+
+// The partial kernel: q, kv, indices read-only; (m, l) and acc written; 6 constants. The combine
+// kernel: the partials read-only, the output written; 3 constants.
+// CHECK: #pipeline_layout = #hal.pipeline.layout<constants = 6, bindings = [#hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer>, #hal.pipeline.binding<storage_buffer>]>
+// CHECK: #pipeline_layout1 = #hal.pipeline.layout<constants = 3, bindings = [#hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer>]>
+
+// Decode (S = 1, f32): static shapes are cast to the function's dynamic S and back; the scale
+// and value_dim constants go away with the op.
+func.func @decode(%q: !torch.vtensor<[1,8,96],f32>, %kv: !torch.vtensor<[64,96],f32>, %idx: !torch.vtensor<[1,300],si64>) -> !torch.vtensor<[1,8,64],f32> {
+  %scale = torch.constant.float 0.125
+  %v = torch.constant.int 64
+  %o = torch.operator "torch.day0.dsa_attention"(%q, %kv, %idx, %scale, %v) : (!torch.vtensor<[1,8,96],f32>, !torch.vtensor<[64,96],f32>, !torch.vtensor<[1,300],si64>, !torch.float, !torch.int) -> !torch.vtensor<[1,8,64],f32>
+  return %o : !torch.vtensor<[1,8,64],f32>
+}
+// CHECK-LABEL: func.func @decode(
+// CHECK-NOT: torch.constant
+// CHECK: [[Q:%.+]] = torch_c.to_builtin_tensor %arg0 : !torch.vtensor<[1,8,96],f32> -> tensor<1x8x96xf32>
+// CHECK: [[KV:%.+]] = torch_c.to_builtin_tensor %arg1 : !torch.vtensor<[64,96],f32> -> tensor<64x96xf32>
+// CHECK: [[I:%.+]] = torch_c.to_builtin_tensor %arg2 : !torch.vtensor<[1,300],si64> -> tensor<1x300xi64>
+// CHECK: [[QC:%.+]] = tensor.cast [[Q]] : tensor<1x8x96xf32> to tensor<?x8x96xf32>
+// CHECK: [[IC:%.+]] = tensor.cast [[I]] : tensor<1x300xi64> to tensor<?x300xi64>
+// CHECK: [[O:%.+]] = call @day0_dsa_f32_H8_D96_T64_K300_V64_s3e000000([[QC]], [[KV]], [[IC]])
+// CHECK: tensor.cast [[O]] : tensor<?x8x64xf32> to tensor<1x8x64xf32>
+
+// Prefill (dynamic S, bf16, si32 indices widened to si64 first).
+func.func @prefill(%q: !torch.vtensor<[?,4,64],bf16>, %kv: !torch.vtensor<[32,64],bf16>, %idx: !torch.vtensor<[?,16],si32>) -> !torch.vtensor<[?,4,64],bf16> {
+  %scale = torch.constant.float 0.5
+  %v = torch.constant.int 64
+  %o = torch.operator "torch.day0.dsa_attention"(%q, %kv, %idx, %scale, %v) : (!torch.vtensor<[?,4,64],bf16>, !torch.vtensor<[32,64],bf16>, !torch.vtensor<[?,16],si32>, !torch.float, !torch.int) -> !torch.vtensor<[?,4,64],bf16>
+  return %o : !torch.vtensor<[?,4,64],bf16>
+}
+// CHECK-LABEL: func.func @prefill(
+// CHECK: [[I64:%.+]] = torch.aten.to.dtype %arg2, %int4, {{.*}} -> !torch.vtensor<[?,16],si64>
+// CHECK: [[IB:%.+]] = torch_c.to_builtin_tensor [[I64]] : !torch.vtensor<[?,16],si64> -> tensor<?x16xi64>
+// CHECK: call @day0_dsa_bf16_H4_D64_T32_K16_V64_s3f000000({{.*}}, {{.*}}, [[IB]]) : (tensor<?x4x64xbf16>, tensor<32x64xbf16>, tensor<?x16xi64>) -> tensor<?x4x64xbf16>
+
+// CHECK: hal.executable.source private @day0_dsa_attention <objects = <{#executable_target_cuda_nvptx_fb = [#hal.executable.object<{path = "dsa_attention.sm_90.ptx", data = dense<"0x{{[0-9A-F]+}}">
+// CHECK: hal.executable.export public @day0_dsa_partial_f32 ordinal(0) layout(#pipeline_layout) count({{.*}}: !hal.device, [[X:%.+]]: index, [[Y:%.+]]: index, [[Z:%.+]]: index)
+// CHECK: hal.return [[X]], [[Y]], [[Z]] : index, index, index
+// CHECK: hal.executable.export public @day0_dsa_combine_f32 ordinal(1) layout(#pipeline_layout1)
+// CHECK: hal.executable.export public @day0_dsa_partial_bf16 ordinal(2)
+// CHECK: hal.executable.export public @day0_dsa_combine_bf16 ordinal(3)
+
+// bf16 prefill: 1 split of 128 slots, 1 group of 4 heads; combine over (H, S).
+// CHECK-LABEL: func.func private @day0_dsa_bf16_H4_D64_T32_K16_V64_s3f000000(
+// CHECK: [[S:%.+]] = tensor.dim %arg0, %c0 : tensor<?x4x64xbf16>
+// CHECK: [[ML:%.+]]:2 = flow.dispatch @day0_dsa_attention::@day0_dsa_partial_bf16[%c1, %c1{{.*}}, [[S]]]({{.*}}, %arg0, %arg1, %arg2) : ({{.*}}) -> (tensor<?x1x4x2xf32>{[[S]]}, tensor<?x1x4x64xf32>{[[S]]})
+// CHECK: flow.dispatch @day0_dsa_attention::@day0_dsa_combine_bf16[%c4, [[S]]]({{.*}}, [[ML]]#0, [[ML]]#1) : ({{.*}}) -> tensor<?x4x64xbf16>{[[S]]}
+
+// f32 decode: K = 300 slots -> 3 splits of 128; 8 heads -> 2 groups; scale 0.125 as its f32 bits.
+// CHECK-LABEL: func.func private @day0_dsa_f32_H8_D96_T64_K300_V64_s3e000000(
+// CHECK: %c1040187392_i32 = arith.constant 1040187392 : i32
+// CHECK: flow.dispatch @day0_dsa_attention::@day0_dsa_partial_f32[%c3, %c2, %dim](%c8_i32, %c96_i32, %c300_i32, %c64_i32, %c64_i32{{.*}}, %c1040187392_i32, %arg0, %arg1, %arg2)
+// CHECK-SAME: -> (tensor<?x3x8x2xf32>{%dim}, tensor<?x3x8x64xf32>{%dim})

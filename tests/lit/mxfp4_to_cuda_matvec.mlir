@@ -1,0 +1,61 @@
+// RUN: day0-opt %s --pass-pipeline='builtin.module(mxfp4-to-cuda-matvec)' | filecheck %s
+// RUN: day0-opt %s --pass-pipeline='builtin.module(mxfp4-to-cuda-matvec)' | filecheck %s --check-prefix=GONE
+
+// No mxfp4 op is left anywhere.
+// GONE-NOT: torch.day0.mxfp4
+// GONE: hal.executable.source
+// GONE-NOT: torch.day0.mxfp4
+// The kernel: 4 read-only bindings (x, packed, scales, experts) + the result, 4 constants.
+// CHECK: #hal.pipeline.layout<constants = 4, bindings = [#hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer>]>
+
+// moe with a dynamic token count: builtin operands, one call, result back to torch.
+func.func @moe(%x: !torch.vtensor<[?,64],f32>, %p: !torch.vtensor<[4,32,32],ui8>, %s: !torch.vtensor<[4,32,2],ui8>, %e: !torch.vtensor<[?,2],si64>) -> !torch.vtensor<[?,2,32],f32> {
+  %y = torch.operator "torch.day0.mxfp4_moe"(%x, %p, %s, %e) : (!torch.vtensor<[?,64],f32>, !torch.vtensor<[4,32,32],ui8>, !torch.vtensor<[4,32,2],ui8>, !torch.vtensor<[?,2],si64>) -> !torch.vtensor<[?,2,32],f32>
+  return %y : !torch.vtensor<[?,2,32],f32>
+}
+// CHECK-LABEL: func.func @moe(
+// CHECK-NEXT: [[X:%.+]] = torch_c.to_builtin_tensor %arg0 : !torch.vtensor<[?,64],f32> -> tensor<?x64xf32>
+// CHECK-NEXT: [[P:%.+]] = torch_c.to_builtin_tensor %arg1 : !torch.vtensor<[4,32,32],ui8> -> tensor<4x32x32xi8>
+// CHECK-NEXT: [[S:%.+]] = torch_c.to_builtin_tensor %arg2 : !torch.vtensor<[4,32,2],ui8> -> tensor<4x32x2xi8>
+// CHECK-NEXT: [[E:%.+]] = torch_c.to_builtin_tensor %arg3 : !torch.vtensor<[?,2],si64> -> tensor<?x2xi64>
+// CHECK-NEXT: [[Y:%.+]] = call @day0_mxfp4_moe_4x32x64_k2([[X]], [[P]], [[S]], [[E]]) : (tensor<?x64xf32>, tensor<4x32x32xi8>, tensor<4x32x2xi8>, tensor<?x2xi64>) -> tensor<?x2x32xf32>
+// CHECK-NEXT: [[R:%.+]] = torch_c.from_builtin_tensor [[Y]] : tensor<?x2x32xf32> -> !torch.vtensor<[?,2,32],f32>
+// CHECK-NEXT: return [[R]]
+
+// linear with one static row; experts of another integer type are widened to si64 first.
+func.func @lin(%x: !torch.vtensor<[1,64],f32>, %p: !torch.vtensor<[32,32],ui8>, %s: !torch.vtensor<[32,2],ui8>) -> !torch.vtensor<[1,32],f32> {
+  %y = torch.operator "torch.day0.mxfp4_linear"(%x, %p, %s) : (!torch.vtensor<[1,64],f32>, !torch.vtensor<[32,32],ui8>, !torch.vtensor<[32,2],ui8>) -> !torch.vtensor<[1,32],f32>
+  return %y : !torch.vtensor<[1,32],f32>
+}
+// CHECK-LABEL: func.func @lin(
+// CHECK: [[XC:%.+]] = tensor.cast {{.*}} : tensor<1x64xf32> to tensor<?x64xf32>
+// CHECK: [[Y:%.+]] = call @day0_mxfp4_linear_32x64([[XC]], {{.*}}) : (tensor<?x64xf32>, tensor<32x32xi8>, tensor<32x2xi8>) -> tensor<?x32xf32>
+// CHECK-NEXT: tensor.cast [[Y]] : tensor<?x32xf32> to tensor<1x32xf32>
+
+func.func @moe_i32(%x: !torch.vtensor<[1,64],f32>, %p: !torch.vtensor<[4,32,32],ui8>, %s: !torch.vtensor<[4,32,2],ui8>, %e: !torch.vtensor<[1,2],si32>) -> !torch.vtensor<[1,2,32],f32> {
+  %y = torch.operator "torch.day0.mxfp4_moe"(%x, %p, %s, %e) : (!torch.vtensor<[1,64],f32>, !torch.vtensor<[4,32,32],ui8>, !torch.vtensor<[4,32,2],ui8>, !torch.vtensor<[1,2],si32>) -> !torch.vtensor<[1,2,32],f32>
+  return %y : !torch.vtensor<[1,2,32],f32>
+}
+// CHECK-LABEL: func.func @moe_i32(
+// CHECK: torch.aten.to.dtype %arg3, %int4, {{.*}} : !torch.vtensor<[1,2],si32>, {{.*}} -> !torch.vtensor<[1,2],si64>
+// CHECK: call @day0_mxfp4_moe_4x32x64_k2(
+
+// The executable with the PTX embedded.
+// CHECK: hal.executable.source private @day0_mxfp4_matvec <objects = <{#executable_target_cuda_nvptx_fb = [#hal.executable.object<{path = "mxfp4_matvec.sm_90.ptx", data = dense<"0x{{[0-9A-F]+}}">
+// CHECK: hal.executable.export public @day0_mxfp4_matvec ordinal(0)
+// CHECK: } <workgroup_size = [256 : index, 1 : index, 1 : index]>
+
+// linear: one expert (weights viewed [1, N, ...], experts all 0); grid (ceil(N/32), rows).
+// CHECK-LABEL: func.func private @day0_mxfp4_linear_32x64(
+// CHECK: [[ROWS:%.+]] = arith.muli %dim, %c1 : index
+// CHECK: [[PW:%.+]] = tensor.expand_shape %arg1 {{\[\[}}0, 1], [2]] output_shape [1, 32, 32] : tensor<32x32xi8> into tensor<1x32x32xi8>
+// CHECK: [[EF:%.+]] = linalg.fill ins(%c0_i64 : i64) outs({{.*}} : tensor<?xi64>) -> tensor<?xi64>
+// CHECK: flow.dispatch @day0_mxfp4_matvec::@day0_mxfp4_matvec[%c1{{.*}}, [[ROWS]]](%c64_i32, %c32_i32, %c1_i32, %c1_i32{{.*}}, %arg0, [[PW]], {{.*}}, [[EF]]) : (i32, i32, i32, i32, tensor<?x64xf32>{%dim}, tensor<1x32x32xi8>, tensor<1x32x2xi8>, tensor<?xi64>{[[ROWS]]}) -> tensor<?x32xf32>{[[ROWS]]}
+
+// moe: rows = T·k, experts flattened, result viewed [T, k, N].
+// CHECK-LABEL: func.func private @day0_mxfp4_moe_4x32x64_k2(
+// CHECK: [[T:%.+]] = tensor.dim %arg0, %c0 : tensor<?x64xf32>
+// CHECK: [[ROWS:%.+]] = arith.muli [[T]], %c2 : index
+// CHECK: [[EF:%.+]] = tensor.collapse_shape %arg3 {{\[\[}}0, 1]] : tensor<?x2xi64> into tensor<?xi64>
+// CHECK: [[O:%.+]] = flow.dispatch @day0_mxfp4_matvec::@day0_mxfp4_matvec[%c1, [[ROWS]]](%c64_i32, %c32_i32, %c2_i32, %c4_i32, %arg0, %arg1, %arg2, [[EF]])
+// CHECK: tensor.expand_shape [[O]] {{\[\[}}0, 1], [2]] output_shape [[[T]], 2, 32] : tensor<?x32xf32> into tensor<?x2x32xf32>

@@ -1,0 +1,34 @@
+"""The GPU benchmark package cannot rot on CPU-only CI: build it at tiny shapes for llvm-cpu and
+run it the way a GPU host would (shipped sources only, weights from the seed), on the CPU."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.slow
+def test_bench_gpu_package_runs_from_its_own_sources(tmp_path):
+    from day0.tools import bench_gpu
+
+    pkg = tmp_path / "bench-gpu"
+    bench_gpu.package(pkg, "tiny", "llvm-cpu")
+    spec = json.loads((pkg / "bench.json").read_text())
+    assert set(spec["vmfbs"]) == {"moe_r1", "moe_r3", "dsa_256_r1", "dsa_256_r3"}
+    # run with only the shipped day0 sources on the path (as on the GPU host)
+    env = {**os.environ, "PYTHONPATH": str(pkg)}
+    p = subprocess.run([sys.executable, "-c", "import day0.tools.bench_gpu as b, sys; "
+                        "assert b.__file__.startswith(sys.argv[1]), b.__file__; "
+                        "b.run(__import__('pathlib').Path(sys.argv[1]), 'local-task', None)", str(pkg)],
+                       capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "limit/day0" in p.stdout  # the table is printed last
+    results = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+    moe, dsa = results
+    assert moe["piece"] == "moe" and dsa["piece"] == "dsa" and dsa["context"] == 256
+    assert moe["day0_rel_err"] < 1e-5  # f32 throughout
+    assert dsa["day0_rel_err"] < 2e-2  # bf16 caches and output
+    for r in results:
+        assert r["limit_us"] > 0 and r["day0_call_us"] > 0

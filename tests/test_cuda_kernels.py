@@ -1,0 +1,44 @@
+"""day0's hand-written CUDA kernels: the committed PTX is what nvcc makes of the .cu sources, and
+each declares exactly the IREE ABI (bindings, push constants) its pass dispatches with."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from day0.passes import dsa_to_cuda_kernel, mxfp4_to_cuda_matvec, topk_to_radix_select
+from day0.passes.extern_dispatch import kernel_ptx
+from day0.tools import build_kernels
+
+KERNEL_SETS = [(topk_to_radix_select.KERNEL_PTX, topk_to_radix_select.KERNEL_ABI),
+               (mxfp4_to_cuda_matvec.KERNEL_PTX, mxfp4_to_cuda_matvec.KERNEL_ABI),
+               (dsa_to_cuda_kernel.KERNEL_PTX, dsa_to_cuda_kernel.KERNEL_ABI)]
+
+
+def _entries(ptx: str) -> dict[str, list[str]]:
+    """entry name -> its .param types, from the PTX text."""
+    return {m.group(1): re.findall(r"\.param \.(\w+)", m.group(2))
+            for m in re.finditer(r"\.entry (\w+)\(\s*(.*?)\)", ptx, re.S)}
+
+
+@pytest.mark.parametrize("ptx_name,abi", KERNEL_SETS, ids=[p for p, _ in KERNEL_SETS])
+def test_ptx_declares_the_abi_its_pass_uses(ptx_name, abi):
+    ptx = kernel_ptx(ptx_name).decode()
+    assert re.search(r"^\.target sm_90$", ptx, re.M)
+    entries = _entries(ptx)
+    assert set(entries) == {name for name, *_ in abi}
+    for name, read_only, constants, _ in abi:
+        # IREE's CUDA ABI: one pointer per binding, then one 32-bit value per push constant
+        assert entries[name] == ["u64"] * len(read_only) + ["u32"] * constants, name
+
+
+def test_ptx_is_what_nvcc_makes_of_the_sources():
+    if build_kernels.nvcc() is None:
+        pytest.skip("nvcc not installed: cannot rebuild the PTX to compare")
+    release = build_kernels.nvcc_release()
+    for ptx_name, _ in KERNEL_SETS:
+        if release not in kernel_ptx(ptx_name).decode():
+            pytest.skip(f"the PTX was built by another nvcc than this one ({release})")
+    p = subprocess.run([sys.executable, "-m", "day0.tools.build_kernels", "--check"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
