@@ -52,7 +52,9 @@ KERNEL_ABI = (
     ("day0_topk_collect", (True, True, True, False, False, False, False), 3, 2),
     #   x, total, cum, header, out_idx, out_val, cand | n, segs, k
     ("day0_topk_finish", (True, True, True, False, False), 2, 1),  # x, header, cand, idx, val | n, k
+    ("day0_topk_small", (True, False, False), 2, 1),  # x, idx, val | n, k ; rows of n <= SMALL_ROW
 )
+SMALL_ROW = 8192  # static rows up to this length take the one-kernel form (SMALL_N in the .cu)
 
 
 def kernel_ptx() -> bytes:
@@ -64,8 +66,25 @@ def executable_source_text() -> str:
     return extern_dispatch.executable_source_text(EXECUTABLE, KERNEL_PTX, KERNEL_ABI, THREADS)
 
 
-def select_function_name(k: int) -> str:
-    return f"day0_topk_radix_k{k}"
+def select_function_name(k: int, small: bool = False) -> str:
+    return f"day0_topk_{'small' if small else 'radix'}_k{k}"
+
+
+def small_function_text(k: int) -> str:
+    """func @day0_topk_small_k<k>(x: tensor<?x?xf32>) -> (values, indices): one launch, one CTA a
+    row holding the row in shared memory (rows of at most SMALL_ROW)."""
+    return f"""
+  func.func private @{select_function_name(k, True)}(%x: tensor<?x?xf32>) -> (tensor<?x{k}xf32>, tensor<?x{k}xi32>) {{
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %t = tensor.dim %x, %c0 : tensor<?x?xf32>
+    %n = tensor.dim %x, %c1 : tensor<?x?xf32>
+    %n32 = arith.index_cast %n : index to i32
+    %k32 = arith.constant {k} : i32
+    %idx, %val = flow.dispatch @{EXECUTABLE}::@day0_topk_small[%t](%n32, %k32, %x)
+        : (i32, i32, tensor<?x?xf32>{{%t, %n}}) -> (tensor<?x{k}xi32>{{%t}}, tensor<?x{k}xf32>{{%t}})
+    return %val, %idx : tensor<?x{k}xf32>, tensor<?x{k}xi32>
+  }}"""
 
 
 def select_function_text(k: int) -> str:
@@ -168,7 +187,7 @@ def wrapper_text(dims: tuple[int | None, ...], k: int) -> str:
     if flat_t != "tensor<?x?xf32>":
         lines.append(f"    %xd = tensor.cast %{src} : {flat_t} to tensor<?x?xf32>")
         src = "xd"
-    lines.append(f"    %v, %i = func.call @{select_function_name(k)}(%{src}) : (tensor<?x?xf32>) -> "
+    lines.append(f"    %v, %i = func.call @{select_function_name(k, _is_small(dims))}(%{src}) : (tensor<?x?xf32>) -> "
                  f"(tensor<?x{k}xf32>, tensor<?x{k}xi32>)")
     results = []
     for name, elem in (("v", "f32"), ("i", "i32")):
@@ -209,6 +228,10 @@ def _rewrite(site: _Site) -> tuple[Value, Value]:
     indices = b.op("torch.aten.to.dtype", [idx32, b.int(_TORCH_INT64), b.bool(False), b.bool(False), b.none()],
                    TensorType(out, "si64"))
     return values, indices
+
+
+def _is_small(dims) -> bool:
+    return dims[-1] is not None and dims[-1] <= SMALL_ROW
 
 
 def _static_row_length(op: Operation) -> int | None:
@@ -258,7 +281,8 @@ class TopkToRadixSelect(ModulePass):
                 if owner.name.startswith("torch.constant.") and not list(c.uses):
                     owner.erase()
         text = executable_source_text()
-        text += "".join(select_function_text(k) for k in sorted({s.k for s in sites}))
+        forms = {(s.k, _is_small(s.dims)) for s in sites}  # (k, one-kernel form) pairs in use
+        text += "".join(small_function_text(k) if small else select_function_text(k) for k, small in sorted(forms))
         wrappers = {wrapper_name(s.dims, s.k): (s.dims, s.k) for s in sites}
         text += "".join(wrapper_text(*wrappers[name]) for name in sorted(wrappers))
         append_parsed(module_op, text)

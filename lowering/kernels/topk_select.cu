@@ -290,3 +290,75 @@ day0_topk_finish(const float* __restrict__ x, const int* __restrict__ header,
     oi[s] = EMPTY_INDEX; ov[s] = __int_as_float(0xff800000);
   }
 }
+
+// ---------------------------------------------------------------------------------------------
+// small: grid (T), rows of n <= SMALL_N. The whole selection in one CTA with the row's keys in
+// shared memory: three radix passes (11 + 11 + 10 bits) find the threshold key, then one
+// ordered pass writes the picks in position order (ties at the threshold: lowest positions).
+#define SMALL_N 8192
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+day0_topk_small(const float* __restrict__ x, int* __restrict__ out_idx, float* __restrict__ out_val,
+                int n, int k) {
+  __shared__ unsigned keys[SMALL_N];
+  __shared__ unsigned h[BINS];
+  __shared__ unsigned warp_sums[WARPS];
+  __shared__ unsigned found[2];
+  const int t = blockIdx.x;
+  const float* row = x + (size_t)t * n;
+  int* oi = out_idx + (size_t)t * k;
+  float* ov = out_val + (size_t)t * k;
+  for (int i = threadIdx.x; i < n; i += THREADS) keys[i] = order_key(row[i]);
+  unsigned need = (unsigned)k, prefix = 0, count_gt = 0;
+  // pass p looks at the keys whose higher digits equal `prefix`
+  const int shift[3] = {21, 10, 0}, width[3] = {11, 11, 10};
+  for (int p = 0; p < 3; ++p) {
+    const unsigned bins = 1u << width[p], mask = bins - 1;
+    for (unsigned b = threadIdx.x; b < BINS; b += THREADS) h[b] = 0;
+    __syncthreads();
+    for (int base = 0; base < n; base += THREADS) {
+      const int i = base + threadIdx.x;
+      const unsigned key = i < n ? keys[i] : 0u;
+      const bool in = i < n && (p == 0 || (key >> (shift[p] + width[p])) == prefix);
+      warp_count(h, in ? (key >> shift[p]) & mask : BINS, bins);
+    }
+    __syncthreads();
+    find_bin(h, (int)bins, need, warp_sums, found);
+    prefix = (prefix << width[p]) | found[0];
+    count_gt += found[1];
+    need -= found[1];
+    __syncthreads();
+  }
+  const unsigned tkey = prefix;  // the threshold key; `need` of the keys equal to it are taken
+  unsigned run = 0, eq_run = 0;
+  for (int base = 0; base < n; base += CHUNK) {
+    const int i0 = base + threadIdx.x * ITEMS;
+    unsigned packed = 0;
+#pragma unroll
+    for (int j = 0; j < ITEMS; ++j) {
+      const int i = i0 + j;
+      if (i < n) packed += keys[i] > tkey ? 1u : (keys[i] == tkey ? 0x10000u : 0u);
+    }
+    unsigned chunk_total;
+    const unsigned pos = block_prefix_sum(packed, warp_sums, &chunk_total);
+    unsigned gp = run + (pos & 0xffffu), ep = eq_run + (pos >> 16);
+#pragma unroll
+    for (int j = 0; j < ITEMS; ++j) {
+      const int i = i0 + j;
+      if (i >= n) break;
+      const bool gt = keys[i] > tkey, eq = keys[i] == tkey;
+      if (gt || (eq && ep < need)) {
+        const unsigned slot = gp + min(ep, need);
+        oi[slot] = i; ov[slot] = row[i];
+      }
+      if (gt) ++gp;
+      if (eq) ++ep;
+    }
+    run += chunk_total & 0xffffu;
+    eq_run += chunk_total >> 16;
+  }
+  const unsigned filled = min((unsigned)n, (unsigned)k);  // n < k: the rest stay empty
+  for (unsigned s = filled + threadIdx.x; s < (unsigned)k; s += THREADS) {
+    oi[s] = EMPTY_INDEX; ov[s] = __int_as_float(0xff800000);
+  }
+}

@@ -51,7 +51,7 @@ func.func @static_rows(%x: !torch.vtensor<[4,64],f32>, %y: !torch.vtensor<[?],f3
 // CHECK: call @day0_topk_radix_k2_4x64({{.*}}) : (tensor<4x64xf32>) -> (tensor<4x2xf32>, tensor<4x2xi32>)
 // CHECK: call @day0_topk_radix_k2_q({{.*}}) : (tensor<?xf32>) -> (tensor<2xf32>, tensor<2xi32>)
 
-// One executable holds the three kernels, with the PTX embedded; each export's grid is its workload.
+// One executable holds the four kernels, with the PTX embedded; each export's grid is its workload.
 // CHECK: hal.executable.source private @day0_topk_select <objects = <{#executable_target_cuda_nvptx_fb = [#hal.executable.object<{path = "topk_select.sm_90.ptx", data = dense<"0x{{[0-9A-F]+}}"> : vector<{{[0-9]+}}xi8>}>]}>> {
 // CHECK-NEXT: hal.executable.export public @day0_topk_hist ordinal(0) layout(#pipeline_layout) count(%{{.+}}: !hal.device, [[T:%.+]]: index, [[G:%.+]]: index) -> (index, index, index) {
 // CHECK-NEXT: [[ONE:%.+]] = arith.constant 1 : index
@@ -59,9 +59,15 @@ func.func @static_rows(%x: !torch.vtensor<[4,64],f32>, %y: !torch.vtensor<[?],f3
 // CHECK-NEXT: } <workgroup_size = [256 : index, 1 : index, 1 : index]>
 // CHECK: hal.executable.export public @day0_topk_collect ordinal(1)
 // CHECK: hal.executable.export public @day0_topk_finish ordinal(2) layout(#pipeline_layout2) count(%{{.+}}: !hal.device, [[T2:%.+]]: index) -> (index, index, index) {
+// CHECK: hal.executable.export public @day0_topk_small ordinal(3)
 
-// One select function per k: histogram into a zeroed total (tied), collect, finish in place.
+// One select function per (k, form). Static rows of at most 8192: one kernel, one CTA a row.
 // CHECK-LABEL: func.func private @day0_topk_radix_k2(
+// CHECK-LABEL: func.func private @day0_topk_small_k2(%arg0: tensor<?x?xf32>) -> (tensor<?x2xf32>, tensor<?x2xi32>)
+// CHECK: [[SR:%.+]] = tensor.dim %arg0, %c0
+// CHECK: [[SI:%.+]]:2 = flow.dispatch @day0_topk_select::@day0_topk_small[[[SR]]]({{.*}}, %c2_i32, %arg0) : (i32, i32, tensor<?x?xf32>{{.*}}) -> (tensor<?x2xi32>{[[SR]]}, tensor<?x2xf32>{[[SR]]})
+// CHECK: return [[SI]]#1, [[SI]]#0
+// Dynamic rows: histogram into a zeroed total (tied), collect, finish in place.
 // CHECK-LABEL: func.func private @day0_topk_radix_k64(%arg0: tensor<?x?xf32>) -> (tensor<?x64xf32>, tensor<?x64xi32>)
 // CHECK: [[ROWS:%.+]] = tensor.dim %arg0, %c0
 // CHECK: [[N:%.+]] = tensor.dim %arg0, %c1
@@ -72,14 +78,16 @@ func.func @static_rows(%x: !torch.vtensor<[4,64],f32>, %y: !torch.vtensor<[?],f3
 // CHECK: [[F:%.+]]:2 = flow.dispatch @day0_topk_select::@day0_topk_finish[[[ROWS]]]({{.*}}, %arg0, [[C]]#0, [[C]]#3, [[C]]#1, [[C]]#2) : ({{.*}}) -> ([[C]]#1{[[ROWS]]}, [[C]]#2{[[ROWS]]})
 // CHECK: return [[F]]#1, [[F]]#0 : tensor<?x64xf32>, tensor<?x64xi32>
 
-// The rank-3 wrapper: collapse, call, expand with the dynamic leading dim.
+// The wrappers: static rows of 64 and 16 call the one-kernel form, the dynamic row the other.
 // CHECK-LABEL: func.func private @day0_topk_radix_k2_4x64(
+// CHECK: call @day0_topk_small_k2(
 // CHECK-LABEL: func.func private @day0_topk_radix_k2_q(
 // CHECK: tensor.expand_shape %arg0 {{\[\[}}0, 1]] output_shape [1, %dim] : tensor<?xf32> into tensor<1x?xf32>
+// CHECK: call @day0_topk_radix_k2(
 // CHECK: tensor.collapse_shape {{.*}} {{\[\[}}0, 1]] : tensor<1x2xi32> into tensor<2xi32>
 // CHECK-LABEL: func.func private @day0_topk_radix_k2_qx4x16(
 // CHECK: [[D0:%.+]] = tensor.dim %arg0, %c0 : tensor<?x4x16xf32>
 // CHECK-NEXT: [[FLAT:%.+]] = tensor.collapse_shape %arg0 {{\[\[}}0, 1], [2]] : tensor<?x4x16xf32> into tensor<?x16xf32>
 // CHECK-NEXT: [[XD:%.+]] = tensor.cast [[FLAT]] : tensor<?x16xf32> to tensor<?x?xf32>
-// CHECK-NEXT: [[R:%.+]]:2 = call @day0_topk_radix_k2([[XD]])
+// CHECK-NEXT: [[R:%.+]]:2 = call @day0_topk_small_k2([[XD]])
 // CHECK-NEXT: tensor.expand_shape [[R]]#0 {{\[\[}}0, 1], [2]] output_shape [[[D0]], 4, 2] : tensor<?x2xf32> into tensor<?x4x2xf32>
