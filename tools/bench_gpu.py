@@ -30,7 +30,6 @@ import argparse
 import json
 import shutil
 import sys
-import time
 from pathlib import Path
 
 CONFIGS = {
@@ -49,7 +48,7 @@ CONFIGS = {
 }
 SEED = 0
 # day0 sources the GPU host needs (no compiler, no torch-mlir): the runtime and this file.
-_SHIPPED = ["runtime/__init__.py", "runtime/vm.py", "tools/__init__.py", "tools/bench_gpu.py",
+_SHIPPED = ["runtime/__init__.py", "runtime/vm.py", "tools/__init__.py", "tools/bench_gpu.py", "tools/timing.py",
             "frontend/__init__.py", "frontend/ops.py", "models/__init__.py", "models/moe.py", "models/layers.py"]
 
 
@@ -220,15 +219,9 @@ def _graph_us(fn, reps: int = 20) -> float:
 
 
 def _wall_us(fn, reps: int = 30) -> float:
-    import numpy as np
+    from day0.tools.timing import median_seconds
 
-    fn()
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return float(np.median(ts)) * 1e6
+    return median_seconds(fn, reps) * 1e6
 
 
 def copy_bandwidth(dev: str) -> float:

@@ -10,20 +10,15 @@ step decodes at the same position, so the numbers are per-step costs, not a gene
 
 import argparse
 import json
-import time
 from pathlib import Path
 
 import numpy as np
 
+from day0.tools.timing import median_seconds
+
 
 def _median_us(fn, reps: int) -> float:
-    fn()
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return float(np.median(ts)) * 1e6
+    return median_seconds(fn, reps) * 1e6
 
 
 def measure(artifact: str, checkpoint: str | None, device: str, reps: int, prompt: int) -> dict:
