@@ -136,12 +136,14 @@ TARGETS: dict[str, Target] = {
         device="local-task",
     ),
     # No device flags: the device target travels inside the module (see _attach_cuda_sm90).
-    # O3: the demo's decode step went from 125 to 93 dispatches (each costs ~5 µs of launch).
+    # Default optimization level: O3 cut the demo's decode step from 125 to 93 dispatches (1.39
+    # -> 1.00 ms a step on the H200) but made the DSA indexer scores 4-45x slower at 32K-1M keys
+    # (docs/perf.md); it waits for day0's own indexer kernel.
     # MXFP4 matmuls do not reach IREE's codegen here (mxfp4-to-cuda-matvec): its reduction
     # pipeline fails on the fused form, and the fallback pipeline miscompiled it on the H200.
     "cuda-sm90": Target(
         name="cuda-sm90",
-        flags=("--iree-opt-level=O3", "--iree-opt-data-tiling=false"),
+        flags=("--iree-opt-data-tiling=false",),
         device="cuda",
         prepare=_attach_cuda_sm90,
     ),

@@ -28,6 +28,7 @@
 #define ITEMS 4    // consecutive elements per thread in one collect/finish chunk
 #define CHUNK (THREADS * ITEMS)
 #define EMPTY_INDEX 0x7fffffff
+#define SMALL_N 8192  // keys a CTA keeps in shared memory (small rows; finish's candidates)
 
 // Order-preserving map of a float to an unsigned key (bigger float -> bigger key).
 __device__ __forceinline__ unsigned order_key(float f) {
@@ -217,6 +218,7 @@ day0_topk_finish(const float* __restrict__ x, const int* __restrict__ header,
   __shared__ unsigned h[BINS];
   __shared__ unsigned warp_sums[WARPS];
   __shared__ unsigned found[2];
+  __shared__ unsigned ckeys[SMALL_N];  // the candidates' keys when they fit (the usual case)
   const int t = blockIdx.x;
   const int* hd = header + (size_t)t * 4;
   const unsigned above = (unsigned)hd[1], count = (unsigned)hd[2];
@@ -226,6 +228,12 @@ day0_topk_finish(const float* __restrict__ x, const int* __restrict__ header,
   int* oi = out_idx + (size_t)t * k;
   float* ov = out_val + (size_t)t * k;
 
+  // One gather of the candidates' keys; every later pass reads them from shared memory.
+  const bool staged = count <= SMALL_N;
+  if (staged)
+    for (unsigned c = threadIdx.x; c < count; c += THREADS) ckeys[c] = order_key(row[cd[c]]);
+  __syncthreads();
+#define CKEY(c) (staged ? ckeys[c] : order_key(row[cd[c]]))
   // Threshold on the low 21 bits: (hi11 << 10 | lo10) = tlow; keys above it are all taken.
   unsigned tlow = 0, take_eq = 0xffffffffu;  // count <= need: every candidate is taken
   if (count > need) {
@@ -233,7 +241,7 @@ day0_topk_finish(const float* __restrict__ x, const int* __restrict__ header,
     __syncthreads();
     for (unsigned base = 0; base < count; base += THREADS) {
       unsigned c = base + threadIdx.x;
-      warp_count(h, c < count ? (order_key(row[cd[c]]) >> 10) & 0x7ffu : BINS, BINS);
+      warp_count(h, c < count ? (CKEY(c) >> 10) & 0x7ffu : BINS, BINS);
     }
     __syncthreads();
     find_bin(h, BINS, need, warp_sums, found);
@@ -242,7 +250,7 @@ day0_topk_finish(const float* __restrict__ x, const int* __restrict__ header,
     for (int b = threadIdx.x; b < 1024; b += THREADS) h[b] = 0;
     __syncthreads();
     for (unsigned base = 0; base < count; base += THREADS) {
-      unsigned c = base + threadIdx.x, key = c < count ? order_key(row[cd[c]]) : 0u;
+      unsigned c = base + threadIdx.x, key = c < count ? CKEY(c) : 0u;
       warp_count(h, c < count && ((key >> 10) & 0x7ffu) == b2 ? key & 0x3ffu : BINS, 1024);
     }
     __syncthreads();
@@ -255,15 +263,13 @@ day0_topk_finish(const float* __restrict__ x, const int* __restrict__ header,
   for (unsigned base = 0; base < count; base += CHUNK) {
     const unsigned c0 = base + threadIdx.x * ITEMS;
     int idx[ITEMS];
-    float v[ITEMS];
     unsigned low[ITEMS];
     unsigned packed = 0;
 #pragma unroll
     for (int j = 0; j < ITEMS; ++j) {
       unsigned c = c0 + j;
       idx[j] = c < count ? cd[c] : 0;
-      v[j] = c < count ? row[idx[j]] : 0.0f;
-      low[j] = order_key(v[j]) & 0x1fffffu;
+      low[j] = c < count ? CKEY(c) & 0x1fffffu : 0u;
       if (c < count) packed += low[j] > tlow ? 1u : (low[j] == tlow ? 0x10000u : 0u);
     }
     unsigned chunk_total;
@@ -276,7 +282,7 @@ day0_topk_finish(const float* __restrict__ x, const int* __restrict__ header,
       bool gt = low[j] > tlow, eq = low[j] == tlow;
       if (gt || (eq && ep < take_eq)) {
         unsigned slot = above + gp + min(ep, take_eq);
-        oi[slot] = idx[j]; ov[slot] = v[j];
+        oi[slot] = idx[j]; ov[slot] = row[idx[j]];
       }
       if (gt) ++gp;
       if (eq) ++ep;
@@ -284,6 +290,7 @@ day0_topk_finish(const float* __restrict__ x, const int* __restrict__ header,
     gt_run += chunk_total & 0xffffu;
     eq_run += chunk_total >> 16;
   }
+#undef CKEY
   // Slots past the row's length (n < k) stay empty.
   const unsigned filled = above + min(count, need);
   for (unsigned s = filled + threadIdx.x; s < (unsigned)k; s += THREADS) {
@@ -295,7 +302,6 @@ day0_topk_finish(const float* __restrict__ x, const int* __restrict__ header,
 // small: grid (T), rows of n <= SMALL_N. The whole selection in one CTA with the row's keys in
 // shared memory: three radix passes (11 + 11 + 10 bits) find the threshold key, then one
 // ordered pass writes the picks in position order (ties at the threshold: lowest positions).
-#define SMALL_N 8192
 
 extern "C" __global__ void __launch_bounds__(THREADS)
 day0_topk_small(const float* __restrict__ x, int* __restrict__ out_idx, float* __restrict__ out_val,
