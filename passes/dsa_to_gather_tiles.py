@@ -38,6 +38,7 @@ from day0.passes.torch_ir import TensorType, TorchBuilder, fmt_dim, fmt_dims, to
 OP_NAME = "torch.day0.dsa_attention"
 _FLOAT_DTYPES = {"f32": -1.0e30, "bf16": -1.0e30, "f16": -3.0e4}  # dtype -> NEG (finite)
 _INDEX_DTYPES = ("si64", "si32")
+_SCALAR_TYPE = {"f16": 5, "f32": 6, "bf16": 15}  # torch ScalarType codes for aten.to.dtype
 _TINY = 1.0e-30  # l is 0 (all slots empty) or >= 1 (the max slot adds exp(0))
 
 # ---------------------------------------------------------------------------------------------
@@ -111,16 +112,26 @@ def _type_of(what: str, op: Operation) -> str:
 def _rewrite(site: _Site, tile: int) -> Value:
     """Emit the tiled online softmax before `site.op`; return the [S, H, V] result value."""
     b = TorchBuilder(site.op)
-    S, H, D, K, V, f = site.S, site.H, site.D, site.K, site.V, site.dtype
+    S, H, D, K, V, io = site.S, site.H, site.D, site.K, site.V, site.dtype
     decode = S == 1
+    # The math runs in f32 whatever the io dtype: bf16 scores, max and sums over K slots lost ~2%
+    # (q and the gathered rows are widened, the output narrowed back).
+    f = "f32"
     neg = _FLOAT_DTYPES[f]
     T = lambda *dims, dtype=f: TensorType(tuple(dims), dtype)  # noqa: E731
+
+    def to(value, dims, dtype):
+        if dtype == TensorType.of(value).dtype:
+            return value
+        return b.op("torch.aten.to.dtype", [value, b.int(_SCALAR_TYPE[dtype]), b.bool(False), b.bool(False),
+                                            b.none()], T(*dims, dtype=dtype))
     # Leading dims of per-query tensors: () in decode form, (S,) in prefill form.
     lead = () if decode else (S,)
     mm = "torch.aten.mm" if decode else "torch.aten.bmm"
     one, zero, last = b.int(1), b.int(0), b.int(-1)
 
-    q = b.op("torch.aten.view", [site.q, b.ints([H, D])], T(H, D)) if decode else site.q
+    q = b.op("torch.aten.view", [site.q, b.ints([H, D])], T(H, D, dtype=io)) if decode else site.q
+    q = to(q, (*(() if decode else (S,)), H, D), f)
     idx = b.op("torch.aten.view", [site.idx, b.ints([K])], T(K, dtype=site.idx_dtype)) if decode else site.idx
     slot_dim = b.int(0 if decode else 1)
     m = l = acc = None
@@ -139,7 +150,8 @@ def _rewrite(site: _Site, tile: int) -> Value:
         flat_n = tile if decode else (None if S is None else S * tile)
         if not decode:
             safe = b.op("torch.aten.view", [safe, b.ints([-1])], T(flat_n, dtype=site.idx_dtype))
-        rows = b.op("torch.aten.index_select", [site.kv, zero, safe], T(flat_n, D))
+        rows = b.op("torch.aten.index_select", [site.kv, zero, safe], T(flat_n, D, dtype=io))
+        rows = to(rows, (flat_n, D), f)
         if not decode:
             rows = b.op("torch.aten.view", [rows, b.ints([-1, tile, D])], T(S, tile, D))
         # s = where(valid, scale · q·rowsᵀ, NEG)
@@ -178,7 +190,7 @@ def _rewrite(site: _Site, tile: int) -> Value:
     out = b.op("torch.aten.div.Tensor", [acc, l], T(*lead, H, V))
     if decode:
         out = b.op("torch.aten.view", [out, b.ints([1, H, V])], T(1, H, V))
-    return out
+    return to(out, (S, H, V), io)
 
 
 def _erase_if_unused(value: Value) -> None:

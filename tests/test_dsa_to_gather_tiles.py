@@ -95,3 +95,35 @@ def test_matches_eager(compiled, form, S, tile):
     np.testing.assert_allclose(got, expected, atol=1e-5, rtol=1e-5)
     if S > 2:
         assert (got[2] == 0).all()  # all slots empty -> zeros, not NaN
+
+
+def test_bf16_io_accumulates_in_f32():
+    """bf16 q/kv/output: scores, softmax and sums run in f32, so the only error left is the
+    output's bf16 rounding (in bf16 the sums over 512 slots drift by ~1-2%)."""
+    import iree.compiler as ireec
+    import iree.runtime as ireert
+    import ml_dtypes
+    from torch_mlir import fx
+
+    h, d, t, k, v = 4, 64, 1024, 512, 32
+
+    class Dsa(torch.nn.Module):
+        def forward(self, q, kv, idx):
+            return torch.ops.day0.dsa_attention(q, kv, idx, 0.125, v)
+
+    gen = torch.Generator().manual_seed(7)
+    q = torch.randn(1, h, d, generator=gen).to(torch.bfloat16)
+    kv = (torch.randn(t, d, generator=gen) * 2).to(torch.bfloat16)
+    idx = torch.randperm(t, generator=gen)[:k].reshape(1, k)
+    with new_context():
+        m = parse_module(str(fx.export_and_import(Dsa(), q, kv, idx, output_type="raw")))
+        run_pipeline(m, "builtin.module(dsa-to-gather-tiles{tile=64})")
+        text = str(m)
+    assert "bf16" in text and "f32" in text  # widened inside
+    vmfb = ireec.compile_str(text, input_type="torch", target_backends=["llvm-cpu"],
+                             extra_args=["--iree-llvmcpu-target-cpu=host"])
+    f = ireert.load_vm_flatbuffer(vmfb, backend="llvm-cpu")["main"]
+    bf = lambda x: x.view(torch.int16).numpy().view(ml_dtypes.bfloat16)  # noqa: E731
+    got = np.asarray(f(bf(q), bf(kv), idx.numpy()).to_host()).astype(np.float32)
+    want = torch.ops.day0.dsa_attention(q.float(), kv.float(), idx, 0.125, v).numpy()
+    assert np.abs(got - want).max() <= 2**-8 * np.abs(want).max()  # one bf16 rounding
