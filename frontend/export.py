@@ -17,7 +17,7 @@ from torch_mlir.dialects import torch as torch_d
 from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 from torch_mlir.extras.fx_importer import FxImporter, FxImporterHooks
 
-import day0.frontend.ops  # noqa: F401  (registers the day0:: ops before tracing)
+from day0.frontend import ops  # registers the day0:: ops before tracing
 
 PARAMETER_OP = "torch.day0.parameter"
 
@@ -66,9 +66,14 @@ def entry_points(lm: nn.Module) -> list[str]:
     return ["prefill", "decode"] + (["prefill_first"] if getattr(lm, "has_first_turn", False) else [])
 
 
-def export_model(lm: nn.Module, max_seq_len: int) -> ExportedModule:
+DECOMPOSABLE = ops.DECOMPOSABLE  # day0 ops a target may keep whole (ops.keeping)
+
+
+def export_model(lm: nn.Module, max_seq_len: int, keep: tuple[str, ...] = ()) -> ExportedModule:
     """Export `lm.step` as prefill (S in [2, max_seq_len], dynamic), decode (S = 1) and, for
-    models with a first-turn form, prefill_first (start == 0, dynamic S)."""
+    models with a first-turn form, prefill_first (start == 0, dynamic S). `keep`: names of
+    DECOMPOSABLE day0 ops to leave as `torch.operator` for the target's passes (the others are
+    traced as their reference aten body)."""
     state = lm.empty_state()
     start = torch.zeros(1, dtype=torch.int64)
     seq = Dim("seq", min=2, max=max_seq_len)
@@ -84,7 +89,8 @@ def export_model(lm: nn.Module, max_seq_len: int) -> ExportedModule:
     params: set[str] = set()
     for name in entry_points(lm):
         wrapper, args, shapes = wrappers[name]
-        program = torch.export.export(wrapper(lm), args, dynamic_shapes=shapes, strict=False)
+        with ops.keeping(keep):
+            program = torch.export.export(wrapper(lm), args, dynamic_shapes=shapes, strict=False)
         program = program.run_decompositions(decompositions)
         importer.import_program(program, func_name=name)
         params |= {s.target.removeprefix("lm.") for s in program.graph_signature.input_specs

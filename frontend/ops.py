@@ -5,6 +5,9 @@ a pass in `day0.passes` expands it before IREE sees the module. The eager kernel
 semantic reference those passes are tested against.
 """
 
+from contextlib import contextmanager
+from contextvars import ContextVar
+
 import torch
 from torch import Tensor
 
@@ -31,6 +34,54 @@ def dsa_attention(q: Tensor, kv: Tensor, indices: Tensor, scale: float, value_di
 def _(q: Tensor, kv: Tensor, indices: Tensor, scale: float, value_dim: int) -> Tensor:
     torch._check(q.dim() == 3 and kv.dim() == 2 and indices.dim() == 2)
     return q.new_empty(q.shape[0], q.shape[1], value_dim)
+
+
+# Ops a target may keep whole (its pipeline has a kernel for them). Models call the Python
+# function of the same name; it emits the custom op only inside `keeping({...})` (set by export
+# for the target), and otherwise the op's reference body, so other targets trace plain aten ops.
+# (A decomposition-table entry for a custom op would change later exports in the process too.)
+DECOMPOSABLE = ("indexer_scores",)
+_KEPT: ContextVar[frozenset] = ContextVar("day0_kept_ops", default=frozenset())
+
+
+@contextmanager
+def keeping(names):
+    """Within the block, calls of the DECOMPOSABLE ops in `names` emit the day0 custom op."""
+    unknown = set(names) - set(DECOMPOSABLE)
+    if unknown:
+        raise ValueError(f"cannot keep {sorted(unknown)}: decomposable day0 ops are {sorted(DECOMPOSABLE)}")
+    token = _KEPT.set(frozenset(names))
+    try:
+        yield
+    finally:
+        _KEPT.reset(token)
+
+
+def indexer_scores(q: Tensor, keys: Tensor, weights: Tensor, scale: float) -> Tensor:
+    """The DSA lightning indexer's scores: out[s, t] = Σ_h weights[s, h] · relu(scale · q[s, h]·keys[t]).
+
+    q: [S, H, D] f32; keys: [T, D] (any float dtype, widened); weights: [S, H] f32 -> [S, T] f32.
+    """
+    if "indexer_scores" in _KEPT.get():
+        return torch.ops.day0.indexer_scores(q, keys, weights, scale)
+    return indexer_scores_reference(q, keys, weights, scale)
+
+
+def indexer_scores_reference(q: Tensor, keys: Tensor, weights: Tensor, scale: float) -> Tensor:
+    keys = keys if keys.dtype == torch.float32 else keys.float()
+    scores = torch.relu(torch.einsum("shd,td->sht", q, keys) * scale)  # [S, H, T]
+    return torch.einsum("sh,sht->st", weights, scores)
+
+
+@torch.library.custom_op("day0::indexer_scores", mutates_args=())
+def _indexer_scores_op(q: Tensor, keys: Tensor, weights: Tensor, scale: float) -> Tensor:
+    return indexer_scores_reference(q, keys, weights, scale)
+
+
+@_indexer_scores_op.register_fake
+def _(q: Tensor, keys: Tensor, weights: Tensor, scale: float) -> Tensor:
+    torch._check(q.dim() == 3 and keys.dim() == 2 and weights.dim() == 2)
+    return q.new_empty(q.shape[0], keys.shape[0])
 
 
 # --- MXFP4 (OCP microscaling: E2M1 codes two per byte, low nibble = even element, one E8M0 scale

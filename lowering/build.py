@@ -73,7 +73,7 @@ def compile_checkpoint(checkpoint_dir: Path, out_dir: Path, options: BuildOption
     from day0.models.mxfp4 import check_checkpoint_scales
     from day0.models.registry import architecture
     from day0.passes.pipeline import parse_pipeline
-    from day0.passes.pipelines import pipeline_for
+    from day0.passes.pipelines import kept_ops, pipeline_for
     from day0.runtime.artifact import VMFB, publish, staging_dir
 
     progress = progress or _progress_printer()
@@ -98,7 +98,7 @@ def compile_checkpoint(checkpoint_dir: Path, out_dir: Path, options: BuildOption
         stages.mkdir()
     try:
         progress("export", "start")
-        exported = export_model(model, options.max_seq_len)
+        exported = export_model(model, options.max_seq_len, keep=kept_ops(options.target))
         if stages:
             (stages / "00-export.mlir").write_text(exported.mlir)
         progress("export", "done")

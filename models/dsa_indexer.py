@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from day0.frontend import ops
 from day0.models.layers import linear, rotate_half_split
 
 
@@ -62,9 +63,9 @@ class Indexer(nn.Module):
         s = x.shape[0]
         q = linear(q_resid, self.wq_b).view(s, self.heads, self.head_dim)
         q = torch.cat([rotate_half_split(q[..., : self.rope_dim], cos, sin), q[..., self.rope_dim :]], -1)
-        scores = F.relu(torch.einsum("shd,td->sht", q, key_cache) * self.head_dim**-0.5)  # [S, H_I, T]
         weights = linear(x, self.weights_proj) * self.heads**-0.5  # [S, H_I]
-        index = torch.einsum("sh,sht->st", weights, scores)  # [S, T]
+        # Σ_h w_h · relu(q_h · k_t / sqrt(d_I)): [S, T]
+        index = ops.indexer_scores(q, key_cache, weights, self.head_dim**-0.5)
         index = index.masked_fill(~visible, INVISIBLE)
         # k empty columns keep top-k defined when fewer than k keys are in range (a short first
         # prefill over its own L = S keys); they come back as -1 like any invisible slot.

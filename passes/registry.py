@@ -13,6 +13,7 @@ _PASSES: dict[str, tuple[str, str]] = {
     "dsa-to-gather-tiles": ("day0.passes.dsa_to_gather_tiles", "DsaToGatherTiles"),
     "topk-to-linalg-ext": ("day0.passes.topk_to_linalg_ext", "TopkToLinalgExt"),
     "topk-to-radix-select": ("day0.passes.topk_to_radix_select", "TopkToRadixSelect"),
+    "indexer-scores-to-cuda-kernel": ("day0.passes.indexer_scores_to_cuda_kernel", "IndexerScoresToCudaKernel"),
     "dsa-to-cuda-kernel": ("day0.passes.dsa_to_cuda_kernel", "DsaToCudaKernel"),
     "mxfp4-to-cuda-matvec": ("day0.passes.mxfp4_to_cuda_matvec", "Mxfp4ToCudaMatvec"),
     "fuse-mxfp4-matmul": ("day0.passes.fuse_mxfp4_matmul", "FuseMxfp4Matmul"),

@@ -7,13 +7,14 @@ import sys
 
 import pytest
 
-from day0.passes import dsa_to_cuda_kernel, mxfp4_to_cuda_matvec, topk_to_radix_select
+from day0.passes import dsa_to_cuda_kernel, indexer_scores_to_cuda_kernel, mxfp4_to_cuda_matvec, topk_to_radix_select
 from day0.passes.extern_dispatch import kernel_ptx
 from day0.tools import build_kernels
 
 KERNEL_SETS = [(topk_to_radix_select.KERNEL_PTX, topk_to_radix_select.KERNEL_ABI),
                (mxfp4_to_cuda_matvec.KERNEL_PTX, mxfp4_to_cuda_matvec.KERNEL_ABI),
-               (dsa_to_cuda_kernel.KERNEL_PTX, dsa_to_cuda_kernel.KERNEL_ABI)]
+               (dsa_to_cuda_kernel.KERNEL_PTX, dsa_to_cuda_kernel.KERNEL_ABI),
+               (indexer_scores_to_cuda_kernel.KERNEL_PTX, indexer_scores_to_cuda_kernel.KERNEL_ABI)]
 
 
 def _entries(ptx: str) -> dict[str, list[str]]:

@@ -3,6 +3,8 @@ artifact. Running it needs a GPU (tools/gpu_smoke.py on the GPU host)."""
 
 import json
 
+import pytest
+
 
 def test_demo_model_compiles_for_sm90(tmp_path):
     from day0.lowering.build import BuildOptions, compile_checkpoint
@@ -17,6 +19,18 @@ def test_demo_model_compiles_for_sm90(tmp_path):
         "prefill", "decode", "prefill_first"}
     vmfb = (out / "model.vmfb").read_bytes()
     assert b".target sm_90" in vmfb  # PTX for Hopper, not a fallback arch
-    # every topk runs day0's radix-select kernels (IREE's own CUDA topk is slow and was wrong)
-    for kernel in (b"day0_topk_hist", b"day0_topk_collect", b"day0_topk_finish"):
+    # the top-k, the DSA attention and the indexer scores run day0's kernels on CUDA
+    for kernel in (b"day0_topk_hist", b"day0_topk_collect", b"day0_topk_finish", b"day0_topk_small",
+                   b"day0_dsa_partial_f32", b"day0_dsa_combine_f32", b"day0_indexer_scores_f32"):
         assert kernel in vmfb
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["ds-tiles-mxfp4", "oss-base"])
+def test_mxfp4_checkpoints_compile_for_sm90_with_the_matvec_kernel(checkpoint, tmp_path, name):
+    from day0.lowering.build import BuildOptions, compile_checkpoint
+
+    compile_checkpoint(checkpoint(name), tmp_path / "a", BuildOptions(target="cuda-sm90", max_seq_len=64),
+                       progress=lambda *a: None)
+    vmfb = (tmp_path / "a" / "model.vmfb").read_bytes()
+    assert b"day0_mxfp4_matvec" in vmfb and b".target sm_90" in vmfb

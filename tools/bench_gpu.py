@@ -71,11 +71,10 @@ def moe_steps(reps: int):
 
 
 def dsa_index(qi, wi, keys):
-    """Indexer scores [1, T] f32 of one query: Σ_h w_h · relu(q_h · k_t)."""
-    import torch
+    """Indexer scores [1, T] f32 of one query: Σ_h w_h · relu(q_h · k_t) (the model's op)."""
+    from day0.frontend import ops
 
-    s = torch.relu(qi @ keys.float().T)  # [H_I, T]
-    return (wi[:, None] * s).sum(0, keepdim=True)
+    return ops.indexer_scores(qi[None], keys, wi[None], 1.0)
 
 
 def dsa_steps(reps: int, top_k: int, latent: int, index_heads: int, index_dim: int):
@@ -127,11 +126,13 @@ def _dsa_inputs(c: dict, T: int, dev: str, gen):
 def _compile(module, args, pipeline: str, target: str, out: Path) -> None:
     from torch_mlir import fx
 
+    from day0.frontend import ops
     from day0.frontend.ir import new_context, parse_module
     from day0.lowering.compile import compile_mlir
     from day0.passes.pipeline import run_pipeline
+    from day0.passes.pipelines import kept_ops
 
-    with new_context():
+    with new_context(), ops.keeping(kept_ops(target)):  # as frontend.export does for the model
         m = parse_module(str(fx.export_and_import(module, *args, output_type="raw", func_name="main")))
         run_pipeline(m, pipeline)
         text = str(m)
@@ -141,13 +142,14 @@ def _compile(module, args, pipeline: str, target: str, out: Path) -> None:
 def package(out: Path, config: str, target: str) -> None:
     import torch
 
-    from day0.passes.pipelines import RADIX_MIN_ROW, dsa_tile
+    from day0.passes.pipelines import RADIX_MIN_ROW, dsa_tile, kept_ops
 
     cfg = CONFIGS[config]
     out.mkdir(parents=True, exist_ok=True)
     gen = torch.Generator().manual_seed(SEED)
     topk = f"topk-to-radix-select{{min-size={RADIX_MIN_ROW}}}," if target == "cuda-sm90" else ""
     mxfp4 = "mxfp4-to-cuda-matvec" if target == "cuda-sm90" else "fuse-mxfp4-matmul"
+    index = "indexer-scores-to-cuda-kernel," if "indexer_scores" in kept_ops(target) else ""
     entries = {}
     big = lambda ts: [t if t.numel() < 2**20 else torch.empty_like(t) for t in ts]  # noqa: E731 (shapes only)
     moe_args = big(_moe_inputs(cfg["moe"], "cpu", gen))
@@ -162,7 +164,7 @@ def package(out: Path, config: str, target: str) -> None:
         for r in (1, cfg["reps"]):
             name = f"dsa_{T}_r{r}"
             steps = dsa_steps(r, d["top_k"], d["latent"], d["index_heads"], d["index_dim"])
-            _compile(steps, args, f"builtin.module({topk}topk-to-linalg-ext,{dsa})", target, out / f"{name}.vmfb")
+            _compile(steps, args, f"builtin.module({index}{topk}topk-to-linalg-ext,{dsa})", target, out / f"{name}.vmfb")
             entries[name] = {"piece": "dsa", "context": T, "reps": r}
     (out / "bench.json").write_text(json.dumps({"config": config, "target": target, "seed": SEED,
                                                 "shapes": cfg, "vmfbs": entries}, indent=2))

@@ -1,0 +1,154 @@
+"""indexer-scores-to-cuda-kernel: run `torch.day0.indexer_scores` as day0's CUDA kernel
+(lowering/kernels/indexer_scores.cu), one IREE external dispatch, on the cuda-sm90 target.
+
+Only the CUDA pipeline sees the op: export decomposes it for every other target into its
+reference einsum/ReLU/einsum (frontend.export.DECOMPOSABLE, passes.pipelines.kept_ops). IREE's
+own dispatches for that form were the context-dependent part of a DSA decode step on the H200,
+and at -O3 they grew to 0.9–20 ms at 32K–1M keys; the kernel reads each key row once per query.
+
+Precondition: every
+
+    %o = torch.operator "torch.day0.indexer_scores"(%q, %keys, %w, %scale)
+         : (!torch.vtensor<[S,H,D],f32>, !torch.vtensor<[T,D],f32|bf16>, !torch.vtensor<[S,H],f32>,
+            !torch.float) -> !torch.vtensor<[S,T],f32>
+
+has static H <= 64 and D <= 128 (S and T static or dynamic), the scale from torch.constant.float.
+Rewrite: a call of @day0_indexer_scores_<dtype>_H<H>_D<D>_T<T|q>_s<scale bits>(qb, kb, wb) whose
+body is one flow.dispatch over the grid (ceil(T / 128), S).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from day0.frontend.ir import InsertionPoint, Operation, Type, ir
+from day0.passes import extern_dispatch
+from day0.passes.base import DiagnosticEngine, ModulePass, collect_ops, operator_name
+from day0.passes.dsa_to_cuda_kernel import scale_bits
+from day0.passes.extern_dispatch import append_parsed, tensor_text
+from day0.passes.torch_ir import TensorType, fmt_dims, torch_constant
+
+OP_NAME = "torch.day0.indexer_scores"
+EXECUTABLE = "day0_indexer_scores"
+KERNEL_PTX = "indexer_scores.sm_90.ptx"
+THREADS = 256
+KEYS_PER_CTA = 128
+MAX_H, MAX_D = 64, 128
+_KEY_DTYPES = ("f32", "bf16")
+# q, keys, w | out ; H, D, T, scale bits ; grid (ceil(T/128), S)
+KERNEL_ABI = tuple((f"day0_indexer_scores_{dt}", (True, True, True, False), 4, 2) for dt in _KEY_DTYPES)
+
+
+@dataclass(frozen=True)
+class _Site:
+    op: Operation
+    S: int | None
+    H: int
+    D: int
+    T: int | None
+    key_dtype: str
+    scale: float
+
+
+def _check(op: Operation, diag: DiagnosticEngine) -> _Site | None:
+    def fail(message: str) -> None:
+        diag.error(op, f"indexer_scores: {message}")
+
+    if len(op.operands) != 4 or len(op.results) != 1:
+        return fail("expected 4 operands (q, keys, weights, scale) and 1 result")
+    q, keys, w, out = (TensorType.of(v) for v in (*op.operands[:3], op.result))
+    for what, t, rank in (("q", q, 3), ("keys", keys, 2), ("weights", w, 2), ("result", out, 2)):
+        if t is None or len(t.dims) != rank:
+            return fail(f"{what} must be a rank-{rank} !torch.vtensor")
+    (S, H, D), (T, Dk) = q.dims, keys.dims
+    if q.dtype != "f32" or w.dtype != "f32" or out.dtype != "f32":
+        return fail(f"q, weights and result must be f32, got {q.dtype}, {w.dtype}, {out.dtype}")
+    if keys.dtype not in _KEY_DTYPES:
+        return fail(f"keys must be f32 or bf16, got {keys.dtype}")
+    if None in (H, D, Dk):
+        return fail("H and D must be static (the query count S and key count T may be dynamic)")
+    if Dk != D or w.dims != (S, H) or out.dims != (S, T):
+        return fail(f"shapes disagree: q {fmt_dims(q.dims)}, keys {fmt_dims(keys.dims)}, weights "
+                    f"{fmt_dims(w.dims)}, result {fmt_dims(out.dims)}")
+    if H > MAX_H or D > MAX_D:
+        return fail(f"the CUDA kernel takes H <= {MAX_H} heads of D <= {MAX_D}, got H={H}, D={D}")
+    scale = torch_constant(op.operands[3], "torch.constant.float")
+    if scale is None:
+        return fail("scale must come from torch.constant.float")
+    return _Site(op, S, H, D, T, keys.dtype, scale)
+
+
+def function_name(dt: str, H: int, D: int, T: int | None, scale: float) -> str:
+    return f"day0_indexer_scores_{dt}_H{H}_D{D}_T{'q' if T is None else T}_s{scale_bits(scale) & 0xFFFFFFFF:08x}"
+
+
+def function_text(dt: str, H: int, D: int, T: int | None, scale: float) -> str:
+    q_t, k_t, w_t, o_t = (f"tensor<?x{H}x{D}xf32>", tensor_text((T, D), dt), f"tensor<?x{H}xf32>",
+                          tensor_text((None, T), "f32"))
+    if T is None:
+        t_lines = f"""    %t = tensor.dim %k, %c0 : {k_t}
+    %per = arith.constant {KEYS_PER_CTA} : index
+    %gx = arith.ceildivui %t, %per : index
+    %T = arith.index_cast %t : index to i32"""
+        k_dims, o_dims = "{%t}", "{%s, %t}"
+    else:
+        t_lines = f"""    %gx = arith.constant {-(-T // KEYS_PER_CTA)} : index
+    %T = arith.constant {T} : i32"""
+        k_dims, o_dims = "", "{%s}"
+    return f"""
+  func.func private @{function_name(dt, H, D, T, scale)}(%q: {q_t}, %k: {k_t}, %w: {w_t}) -> {o_t} {{
+    %c0 = arith.constant 0 : index
+    %s = tensor.dim %q, %c0 : {q_t}
+{t_lines}
+    %H = arith.constant {H} : i32
+    %D = arith.constant {D} : i32
+    %scale = arith.constant {scale_bits(scale)} : i32
+    %o = flow.dispatch @{EXECUTABLE}::@day0_indexer_scores_{dt}[%gx, %s](%H, %D, %T, %scale, %q, %k, %w)
+        : (i32, i32, i32, i32, {q_t}{{%s}}, {k_t}{k_dims}, {w_t}{{%s}}) -> {o_t}{o_dims}
+    return %o : {o_t}
+  }}"""
+
+
+@dataclass(frozen=True)
+class IndexerScoresToCudaKernel(ModulePass):
+    name = "indexer-scores-to-cuda-kernel"
+
+    def apply(self, module_op: Operation, diag: DiagnosticEngine) -> None:
+        sites = [s for op in collect_ops(module_op, lambda op: operator_name(op) == OP_NAME)
+                 if (s := _check(op, diag)) is not None]
+        if not sites or diag.diagnostics:
+            return
+        functions = {}
+        for site in sites:
+            key = (site.key_dtype, site.H, site.D, site.T, site.scale)
+            functions[function_name(*key)] = key
+            with site.op.location:
+                _rewrite(site, function_name(*key))
+        append_parsed(module_op, extern_dispatch.executable_source_text(EXECUTABLE, KERNEL_PTX, KERNEL_ABI, THREADS)
+                      + "".join(function_text(*functions[n]) for n in sorted(functions)))
+
+
+def _rewrite(site: _Site, fn: str) -> None:
+    op, loc = site.op, site.op.location
+    ip = InsertionPoint(op)
+
+    def create(name, result_type: str, operands):
+        return Operation.create(name, results=[Type.parse(result_type)], operands=operands, loc=loc, ip=ip).result
+
+    S, H, D, T = site.S, site.H, site.D, site.T
+    q, keys, w, scale = op.operands
+    args = [create("torch_c.to_builtin_tensor", tensor_text((S, H, D), "f32"), [q]),
+            create("torch_c.to_builtin_tensor", tensor_text((T, D), site.key_dtype), [keys]),
+            create("torch_c.to_builtin_tensor", tensor_text((S, H), "f32"), [w])]
+    if S is not None:
+        args[0] = create("tensor.cast", tensor_text((None, H, D), "f32"), [args[0]])
+        args[2] = create("tensor.cast", tensor_text((None, H), "f32"), [args[2]])
+    y = Operation.create("func.call", results=[Type.parse(tensor_text((None, T), "f32"))], operands=args,
+                         attributes={"callee": ir.FlatSymbolRefAttr.get(fn)}, loc=loc, ip=ip).result
+    if S is not None:
+        y = create("tensor.cast", tensor_text((S, T), "f32"), [y])
+    out = create("torch_c.from_builtin_tensor", str(TensorType((S, T), "f32").mlir()), [y])
+    op.result.replace_all_uses_with(out)
+    op.erase()
+    if scale.owner.name.startswith("torch.constant.") and not list(scale.uses):
+        scale.owner.erase()

@@ -1,0 +1,50 @@
+// RUN: day0-opt %s --pass-pipeline='builtin.module(indexer-scores-to-cuda-kernel)' | filecheck %s
+// RUN: day0-opt %s --pass-pipeline='builtin.module(indexer-scores-to-cuda-kernel)' | filecheck %s --check-prefix=GONE
+
+// GONE-NOT: torch.day0.indexer_scores
+// GONE: hal.executable.source private @day0_indexer_scores
+// GONE-NOT: torch.day0.indexer_scores
+
+// q, keys, weights read-only, scores written; H, D, T and the scale's bits as constants.
+// CHECK: #pipeline_layout = #hal.pipeline.layout<constants = 4, bindings = [#hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer>]>
+
+// Decode: one query over a static cache of 1024 f32 keys.
+func.func @decode(%q: !torch.vtensor<[1,16,64],f32>, %k: !torch.vtensor<[1024,64],f32>, %w: !torch.vtensor<[1,16],f32>) -> !torch.vtensor<[1,1024],f32> {
+  %scale = torch.constant.float 0.125
+  %o = torch.operator "torch.day0.indexer_scores"(%q, %k, %w, %scale) : (!torch.vtensor<[1,16,64],f32>, !torch.vtensor<[1024,64],f32>, !torch.vtensor<[1,16],f32>, !torch.float) -> !torch.vtensor<[1,1024],f32>
+  return %o : !torch.vtensor<[1,1024],f32>
+}
+// CHECK-LABEL: func.func @decode(
+// CHECK-NOT: torch.constant.float
+// CHECK: [[Q:%.+]] = torch_c.to_builtin_tensor %arg0 : !torch.vtensor<[1,16,64],f32> -> tensor<1x16x64xf32>
+// CHECK: [[K:%.+]] = torch_c.to_builtin_tensor %arg1 : !torch.vtensor<[1024,64],f32> -> tensor<1024x64xf32>
+// CHECK: [[W:%.+]] = torch_c.to_builtin_tensor %arg2 : !torch.vtensor<[1,16],f32> -> tensor<1x16xf32>
+// CHECK: [[QC:%.+]] = tensor.cast [[Q]] : tensor<1x16x64xf32> to tensor<?x16x64xf32>
+// CHECK: [[WC:%.+]] = tensor.cast [[W]] : tensor<1x16xf32> to tensor<?x16xf32>
+// CHECK: [[O:%.+]] = call @day0_indexer_scores_f32_H16_D64_T1024_s3e000000([[QC]], [[K]], [[WC]])
+// CHECK: tensor.cast [[O]] : tensor<?x1024xf32> to tensor<1x1024xf32>
+
+// Prefill over its own keys: S and T dynamic, bf16 keys.
+func.func @prefill(%q: !torch.vtensor<[?,16,64],f32>, %k: !torch.vtensor<[?,64],bf16>, %w: !torch.vtensor<[?,16],f32>) -> !torch.vtensor<[?,?],f32> {
+  %scale = torch.constant.float 0.125
+  %o = torch.operator "torch.day0.indexer_scores"(%q, %k, %w, %scale) : (!torch.vtensor<[?,16,64],f32>, !torch.vtensor<[?,64],bf16>, !torch.vtensor<[?,16],f32>, !torch.float) -> !torch.vtensor<[?,?],f32>
+  return %o : !torch.vtensor<[?,?],f32>
+}
+// CHECK-LABEL: func.func @prefill(
+// CHECK: call @day0_indexer_scores_bf16_H16_D64_Tq_s3e000000({{.*}}) : (tensor<?x16x64xf32>, tensor<?x64xbf16>, tensor<?x16xf32>) -> tensor<?x?xf32>
+
+// CHECK: hal.executable.source private @day0_indexer_scores
+// CHECK: hal.executable.export public @day0_indexer_scores_f32 ordinal(0)
+// CHECK: hal.executable.export public @day0_indexer_scores_bf16 ordinal(1)
+
+// Dynamic keys: the grid's x is ceil(T / 128) at run time.
+// CHECK-LABEL: func.func private @day0_indexer_scores_bf16_H16_D64_Tq_s3e000000(
+// CHECK: [[S:%.+]] = tensor.dim %arg0, %c0 : tensor<?x16x64xf32>
+// CHECK: [[T:%.+]] = tensor.dim %arg1, %c0 : tensor<?x64xbf16>
+// CHECK: [[GX:%.+]] = arith.ceildivui [[T]], %c128 : index
+// CHECK: [[T32:%.+]] = arith.index_cast [[T]] : index to i32
+// CHECK: flow.dispatch @day0_indexer_scores::@day0_indexer_scores_bf16[[[GX]], [[S]]](%c16_i32, %c64_i32, [[T32]], %c1040187392_i32, %arg0, %arg1, %arg2) : ({{.*}}) -> tensor<?x?xf32>{[[S]], [[T]]}
+
+// Static keys: 1024 / 128 = 8 CTAs per query.
+// CHECK-LABEL: func.func private @day0_indexer_scores_f32_H16_D64_T1024_s3e000000(
+// CHECK: flow.dispatch @day0_indexer_scores::@day0_indexer_scores_f32[%c8, %dim](%c16_i32, %c64_i32, %c1024_i32, %c1040187392_i32, %arg0, %arg1, %arg2)

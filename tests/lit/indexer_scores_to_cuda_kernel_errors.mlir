@@ -1,0 +1,17 @@
+// RUN: day0-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(indexer-scores-to-cuda-kernel)'
+
+func.func @too_many_heads(%q: !torch.vtensor<[1,128,64],f32>, %k: !torch.vtensor<[32,64],f32>, %w: !torch.vtensor<[1,128],f32>) -> !torch.vtensor<[1,32],f32> {
+  %scale = torch.constant.float 0.125
+  // expected-error @+1 {{indexer_scores: the CUDA kernel takes H <= 64 heads of D <= 128, got H=128, D=64}}
+  %o = torch.operator "torch.day0.indexer_scores"(%q, %k, %w, %scale) : (!torch.vtensor<[1,128,64],f32>, !torch.vtensor<[32,64],f32>, !torch.vtensor<[1,128],f32>, !torch.float) -> !torch.vtensor<[1,32],f32>
+  return %o : !torch.vtensor<[1,32],f32>
+}
+
+// -----
+
+func.func @f16_keys(%q: !torch.vtensor<[1,16,64],f32>, %k: !torch.vtensor<[32,64],f16>, %w: !torch.vtensor<[1,16],f32>) -> !torch.vtensor<[1,32],f32> {
+  %scale = torch.constant.float 0.125
+  // expected-error @+1 {{indexer_scores: keys must be f32 or bf16, got f16}}
+  %o = torch.operator "torch.day0.indexer_scores"(%q, %k, %w, %scale) : (!torch.vtensor<[1,16,64],f32>, !torch.vtensor<[32,64],f16>, !torch.vtensor<[1,16],f32>, !torch.float) -> !torch.vtensor<[1,32],f32>
+  return %o : !torch.vtensor<[1,32],f32>
+}

@@ -1,0 +1,50 @@
+"""Export keeps a decomposable day0 op whole only for targets that lower it themselves
+(passes.pipelines.kept_ops); elsewhere it becomes its reference aten body. The CUDA pipeline
+with the indexer kernel switched on compiles."""
+
+import pytest
+
+from day0.frontend.export import DECOMPOSABLE, export_model
+from day0.passes.pipelines import kept_ops
+
+
+@pytest.fixture(scope="module")
+def demo_model(tmp_path_factory):
+    from day0.models.demo_checkpoint import ensure_demo_checkpoint
+    from day0.models.registry import build_eager
+
+    return build_eager(ensure_demo_checkpoint(tmp_path_factory.mktemp("demo") / "ckpt"), 64)
+
+
+def test_a_kept_op_stays_whole_and_others_get_its_body(demo_model):
+    assert kept_ops("llvm-cpu") == () and kept_ops("cuda-sm90") == ("indexer_scores",)
+    layers, funcs = demo_model.cfg.num_hidden_layers, 3  # prefill, decode, prefill_first
+    kept = export_model(demo_model, 64, keep=("indexer_scores",)).mlir
+    assert kept.count('torch.operator "torch.day0.indexer_scores"') == layers * funcs
+    cpu = export_model(demo_model, 64, keep=kept_ops("llvm-cpu")).mlir
+    assert "torch.day0.indexer_scores" not in cpu
+    assert cpu.count("torch.aten.relu") == layers * funcs  # the reference body's ReLU
+
+
+def test_unknown_kept_op_is_refused(demo_model):
+    with pytest.raises(ValueError, match=r"cannot keep \['nope'\].*\['indexer_scores'\]"):
+        export_model(demo_model, 64, keep=("nope",))
+    assert set(DECOMPOSABLE) == {"indexer_scores"}
+
+
+def test_keeping_does_not_leak_between_exports(demo_model):
+    marks = [("torch.day0.indexer_scores" in export_model(demo_model, 64, keep=keep).mlir)
+             for keep in (("indexer_scores",), (), ("indexer_scores",))]
+    assert marks == [True, False, True]
+
+
+def test_cuda_pipeline_with_the_indexer_kernel_compiles(tmp_path, monkeypatch):
+    from day0.lowering.build import BuildOptions, compile_checkpoint
+    from day0.models.demo_checkpoint import ensure_demo_checkpoint
+    from day0.passes import pipelines
+
+    monkeypatch.setitem(pipelines.KEPT_OPS, "cuda-sm90", ("indexer_scores",))
+    assert "indexer-scores-to-cuda-kernel" in pipelines.pipeline_for("cuda-sm90", 16)
+    compile_checkpoint(ensure_demo_checkpoint(tmp_path / "ckpt"), tmp_path / "a",
+                       BuildOptions(target="cuda-sm90", max_seq_len=64), progress=lambda *a: None)
+    assert b"day0_indexer_scores_f32" in (tmp_path / "a" / "model.vmfb").read_bytes()
