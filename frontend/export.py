@@ -32,7 +32,12 @@ class _Prefill(nn.Module):
 
 
 class _Decode(_Prefill):
-    pass
+    """One token; also returns its greedy next token (argmax on the device, lowest id on ties,
+    as runtime.sampling.greedy) so greedy generation reads back 8 bytes instead of the logits."""
+
+    def forward(self, ids, start, *state):
+        logits, *state = self.lm.step(ids, start, *state)
+        return (logits, logits[-1].argmax(-1, keepdim=True), *state)
 
 
 class _PrefillFirst(_Prefill):

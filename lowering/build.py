@@ -25,7 +25,7 @@ ENTRY_POINTS = {
     "prefill": {"inputs": ["ids[S] int64", "start[1] int64", "*state"],
                 "outputs": ["logits[S,V] float32", "*state"], "min_len": 2},
     "decode": {"inputs": ["token[1] int64", "pos[1] int64", "*state"],
-               "outputs": ["logits[1,V] float32", "*state"]},
+               "outputs": ["logits[1,V] float32", "next[1] int64 (argmax, lowest id on ties)", "*state"]},
     "prefill_first": {"inputs": ["ids[S] int64", "start[1] int64 (must be 0)", "*state"],
                       "outputs": ["logits[S,V] float32", "*state"], "min_len": 2},
 }

@@ -51,11 +51,13 @@ def pipeline_for(target: str, selection_width: int | None, preferred_tile: int =
     if target not in TARGETS:
         raise ValueError(f"no pass pipeline for target '{target}' (known: {', '.join(TARGETS)})")
     cuda = target == "cuda-sm90"
-    index = ["indexer-scores-to-cuda-kernel"] if "indexer_scores" in kept_ops(target) else []
-    topk = [*index, f"topk-to-radix-select{{min-size={RADIX_MIN_ROW}}}"] if cuda else []
-    mxfp4 = "mxfp4-to-cuda-matvec" if target == "cuda-sm90" else "fuse-mxfp4-matmul"
-    passes = ["parameters-to-globals", "hoist-parameter-stacks", *topk, "topk-to-linalg-ext", mxfp4]
+    passes = ["parameters-to-globals", "hoist-parameter-stacks"]
+    if "indexer_scores" in kept_ops(target):
+        passes.append("indexer-scores-to-cuda-kernel")
+    if cuda:
+        passes.append(f"topk-to-radix-select{{min-size={RADIX_MIN_ROW}}}")
+    passes += ["topk-to-linalg-ext", "mxfp4-to-cuda-matvec" if cuda else "fuse-mxfp4-matmul"]
     if selection_width is not None:
-        passes.append("dsa-to-cuda-kernel" if target == "cuda-sm90"
+        passes.append("dsa-to-cuda-kernel" if cuda
                       else f"dsa-to-gather-tiles{{tile={dsa_tile(selection_width, preferred_tile)}}}")
     return f"builtin.module({','.join(passes)})"

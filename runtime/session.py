@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from day0.runtime.artifact import VMFB, read_manifest
-from day0.runtime.sampling import make_rng, sample, validate_sampling
+from day0.runtime.sampling import greedy, make_rng, sample, validate_sampling
 
 
 class SessionError(ValueError):
@@ -31,6 +31,9 @@ class Session:
         eos = manifest.get("eos_token_id")
         self.eos_token_ids = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
         self._prefill, self._decode = vm.function("prefill"), vm.function("decode")
+        # decode's outputs after the logits: the greedy next token (artifacts since it was added)
+        outputs = manifest["entry_points"]["decode"]["outputs"]
+        self._decode_extra = sum(1 for o in outputs if o.startswith("next["))
         # the first turn (position 0) may have a form that scores only the prompt's own keys
         self._prefill_first = (vm.function("prefill_first") if "prefill_first" in manifest["entry_points"]
                                else self._prefill)
@@ -58,6 +61,7 @@ class Session:
 
     def reset(self) -> None:
         self._pos = 0
+        self._next = None
         self._state = [self._vm.to_device(np.zeros(s["shape"], dtype=s["dtype"]))
                        for s in self.manifest["state"]]
 
@@ -83,8 +87,12 @@ class Session:
         return arr.astype(np.int64)
 
     def _run(self, fn, ids: np.ndarray):
+        """Run fn; returns the device logits (and stores the state). After decode, the greedy next
+        token stays on the device in self._next (None when the artifact has none)."""
         out = fn(ids, np.array([self._pos], dtype=np.int64), *self._state)
-        logits, self._state = out[0], list(out[1:])
+        extra = self._decode_extra if fn is self._decode else 0
+        logits, self._next = out[0], (out[1] if extra else None)
+        self._state = list(out[1 + extra:])
         self._pos += ids.size
         return logits
 
@@ -98,6 +106,15 @@ class Session:
         ids = self._check_ids([token])
         return _host_copy(self._run(self._decode, ids)).reshape(-1)
 
+    def decode_greedy(self, token: int) -> int:
+        """Append one token; return the greedy next token, reading back only its id when the
+        artifact computes it on the device (else the argmax of the logits)."""
+        ids = self._check_ids([token])
+        logits = self._run(self._decode, ids)
+        if self._next is None:
+            return greedy(_host_copy(logits).reshape(-1))
+        return int(np.asarray(self._next.to_host()).reshape(-1)[0])
+
     def generate(self, ids, max_new_tokens: int = 32, temperature: float = 0.0, top_k: int = 0,
                  top_p: float = 1.0, seed: int | None = None, stop_at_eos: bool = True) -> list[int]:
         """Prefill ids, then sample up to max_new_tokens; returns the new tokens."""
@@ -110,14 +127,17 @@ class Session:
                                f"max_new_tokens {max_new_tokens} exceeds max_seq_len {self.max_seq_len}")
         rng = make_rng(seed)
         logits = self.prefill(ids)[-1]
+        is_greedy = temperature == 0 or top_k == 1
+        token = sample(logits, temperature, top_k, top_p, rng)
         out: list[int] = []
         for i in range(max_new_tokens):
-            token = sample(logits, temperature, top_k, top_p, rng)
             out.append(token)
-            if stop_at_eos and token in self.eos_token_ids:
+            if (stop_at_eos and token in self.eos_token_ids) or i + 1 == max_new_tokens:
                 break
-            if i + 1 < max_new_tokens:
-                logits = self.decode(token)
+            if is_greedy:  # the next token is chosen on the device; the logits stay there
+                token = self.decode_greedy(token)
+            else:
+                token = sample(self.decode(token), temperature, top_k, top_p, rng)
         return out
 
 

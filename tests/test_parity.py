@@ -59,6 +59,23 @@ def test_compiled_matches_transformers(name, reference, artifact):
     assert rel_err(got, want) < TOL
 
 
+@pytest.mark.parametrize("name", ["ds-sparse", "oss-base"])
+def test_decode_greedy_is_the_argmax_of_the_decode_logits(name, reference, artifact):
+    """The token decode computes on the device (all greedy generation reads back) equals
+    runtime.sampling.greedy of the logits, step by step, teacher-forced."""
+    from day0.runtime.sampling import greedy
+    from day0.runtime.session import Session
+
+    _, ids, _ = _expected(reference, name)
+    p = PARITY[name]["prompt"]
+    by_logits, on_device = Session.load(artifact(name)), Session.load(artifact(name))
+    assert on_device._decode_extra == 1  # the artifact computes it
+    by_logits.prefill(ids[:p].numpy())
+    on_device.prefill(ids[:p].numpy())
+    for t in ids[p : p + DECODE_STEPS]:
+        assert on_device.decode_greedy(int(t)) == greedy(by_logits.decode(int(t)))
+
+
 @pytest.mark.parametrize("name", CONFIGS)
 def test_greedy_generate_matches_transformers(name, reference, artifact):
     from day0.runtime.session import Session

@@ -31,11 +31,12 @@ def measure(artifact: str, checkpoint: str | None, device: str, reps: int, promp
     state = list(s._state)
     vm, decode = s._vm, s._decode
     tok = vm.to_device(np.array([1], np.int64))
+    first_state = 1 + s._decode_extra  # decode returns logits, [next token], *state
     at = vm.to_device(np.array([pos], np.int64))
 
     def bare():  # every argument resident; results stay on the device
         out = decode(tok, at, *state)
-        state[:] = out[1:]
+        state[:] = out[first_state:]
         return out
 
     def bare_readback():
@@ -43,7 +44,14 @@ def measure(artifact: str, checkpoint: str | None, device: str, reps: int, promp
 
     def host_args():  # ids and position passed as numpy arrays (uploaded per call)
         out = decode(np.array([1], np.int64), np.array([pos], np.int64), *state)
-        state[:] = out[1:]
+        state[:] = out[first_state:]
+        return out
+
+    def greedy_token():  # Session.decode_greedy: only the next token's id is read back
+        s._pos = pos
+        s._state = state
+        out = s.decode_greedy(1)
+        state[:] = s._state
         return out
 
     def full():  # Session.decode: checks, upload, run, owned host copy of the logits
@@ -61,6 +69,7 @@ def measure(artifact: str, checkpoint: str | None, device: str, reps: int, promp
         "bare_invoke_plus_logits_readback_us": _median_us(bare_readback, reps),
         "numpy_args_invoke_us": _median_us(host_args, reps),
         "session_decode_us": _median_us(full, reps),
+        "session_decode_greedy_us": _median_us(greedy_token, reps),
     }
 
 
