@@ -14,15 +14,19 @@ replaces each topk with a call to a private function that runs the hand-written 
 with G = ceil(n / 8192) segments per row: a 2048-bin histogram of the top 11 key bits, the
 threshold bin, an ordered compaction, then a radix select of the threshold bin's candidates on
 the remaining 21 bits. Every step reads the row once; a decode row of 1M scores spreads over 128
-CTAs. The selection is torch.topk's set with ties broken toward the lower position (the same rule
-as topk-to-linalg-ext on the CPU); NaN ranks above +inf, -0.0 equals +0.0. A row shorter than k
+CTAs. Rows of a static length of at most 8192 (SMALL_ROW: routers, short contexts) take one
+kernel instead, `day0_topk_small`, which keeps the row's keys in shared memory and runs the three
+radix passes and the ordered output in one CTA.
+
+The selection is torch.topk's set with ties broken toward the lower position (the same rule as
+topk-to-linalg-ext on the CPU); NaN ranks above +inf, -0.0 equals +0.0. A row shorter than k
 fills its missing slots with (INT32_MAX, -inf), as topk-to-linalg-ext does.
 
-Precondition: every `torch.aten.topk` (over rows of at least `min-size`) has constant k, dim = last, largest = true and
-sorted = false (the result is in a deterministic order that is not sorted by value), over an
-f32 input of any rank (leading dims are rows). Anything else is an error: this pass is the CUDA target's only top-k lowering.
-Afterwards no such `torch.aten.topk` is left; the module holds one `hal.executable.source
-@day0_topk_select` and one private function per distinct k.
+Precondition: every `torch.aten.topk` over rows of at least `min-size` has constant k, dim =
+last, largest = true and sorted = false (the result comes in a deterministic order that is not
+sorted by value), over an f32 input of any rank (leading dims are rows). Anything else is an
+error. Afterwards no such `torch.aten.topk` is left; the module holds one `hal.executable.source
+@day0_topk_select`, one private function per (k, form) and one wrapper per input type.
 """
 
 from __future__ import annotations
