@@ -1,0 +1,79 @@
+"""KDA math (models/kda.py): the recurrence against transformers' own reference functions, the
+chunked form against the recurrence, and the chunked form compiled by IREE with a dynamic length."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from day0.models.kda import kda_chunked, kda_recurrent
+
+H, K, V = 2, 8, 6
+
+
+def _inputs(T: int, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    q = F.normalize(torch.randn(T, H, K, generator=g), dim=-1)
+    k = F.normalize(torch.randn(T, H, K, generator=g), dim=-1)
+    v = torch.randn(T, H, V, generator=g)
+    gate = -F.softplus(torch.randn(T, H, K, generator=g))  # log decay <= 0
+    beta = torch.sigmoid(torch.randn(T, H, generator=g))
+    state = torch.randn(H, K, V, generator=g) * 0.1
+    return q, k, v, gate, beta, state
+
+
+def test_recurrence_matches_transformers():
+    from transformers.models.kimi_linear.modeling_kimi_linear import recurrent_kimi_delta_attention
+
+    q, k, v, gate, beta, state = _inputs(20, 0)
+    want_o, want_s = recurrent_kimi_delta_attention(q[None], k[None], v[None], gate[None], beta[None],
+                                                    initial_state=state[None], output_final_state=True)
+    got_o, got_s = kda_recurrent(q, k, v, gate, beta, state)
+    torch.testing.assert_close(got_o, want_o[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got_s, want_s[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("T,chunk", [(16, 16), (37, 16), (150, 64), (5, 64)])
+def test_chunked_equals_recurrence(T, chunk):
+    q, k, v, gate, beta, state = _inputs(T, T)
+    want_o, want_s = kda_recurrent(q, k, v, gate, beta, state)
+    got_o, got_s = kda_chunked(q, k, v, gate, beta, state, chunk=chunk)
+    torch.testing.assert_close(got_o, want_o, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(got_s, want_s, rtol=1e-4, atol=1e-5)
+
+
+def test_chunked_matches_transformers_chunk_form():
+    from transformers.models.kimi_linear.modeling_kimi_linear import chunk_kimi_delta_attention
+
+    q, k, v, gate, beta, state = _inputs(70, 3)
+    want_o, want_s = chunk_kimi_delta_attention(q[None], k[None], v[None], gate[None], beta[None], chunk_size=16,
+                                                initial_state=state[None], output_final_state=True)
+    got_o, got_s = kda_chunked(q, k, v, gate, beta, state, chunk=16)
+    torch.testing.assert_close(got_o, want_o[0], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(got_s, want_s[0], rtol=1e-4, atol=1e-5)
+
+
+def test_chunked_compiles_with_a_dynamic_chunk_count():
+    """torch.export turns the chunk loop into a while_loop; IREE runs it for any chunk count.
+    Exported lengths are whole chunks (t = 16·n): padding a free length inside the graph gives
+    guards torch.export cannot prove, so the caller pads."""
+    import iree.compiler as ireec
+    import iree.runtime as rt
+    from torch_mlir import fx
+
+    class Chunked(torch.nn.Module):
+        def forward(self, q, k, v, gate, beta, state):
+            return kda_chunked(q, k, v, gate, beta, state, chunk=16)
+
+    t = 16 * torch.export.Dim("n", min=1, max=16)
+    dyn = ({0: t}, {0: t}, {0: t}, {0: t}, {0: t}, None)
+    m = fx.export_and_import(Chunked(), *_inputs(48, 1), output_type="raw", dynamic_shapes=dyn)
+    vmfb = ireec.compile_str(str(m), input_type="torch", target_backends=["llvm-cpu"],
+                             extra_args=["--iree-llvmcpu-target-cpu=host"])
+    f = rt.load_vm_flatbuffer(vmfb, backend="llvm-cpu")["main"]
+    for T in (16, 48, 112):
+        args = _inputs(T, T + 1)
+        got_o, got_s = (np.asarray(x.to_host()) for x in f(*(a.numpy() for a in args)))
+        want_o, want_s = kda_recurrent(*args)
+        np.testing.assert_allclose(got_o, want_o.numpy(), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(got_s, want_s.numpy(), rtol=1e-4, atol=1e-5)
