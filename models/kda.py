@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
+
+from day0.models.layers import linear
 
 
 def kda_recurrent(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
@@ -99,3 +101,79 @@ def kda_chunked(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state:
         out = torch.stack(outs, dim=1)
     out = out.reshape(H, n * chunk, -1)[:, :T].transpose(0, 1)  # [T, H, V]
     return out, state
+
+
+# ---------------------------------------------------------------------------------------------
+# the layer
+
+
+def l2norm(x: Tensor, eps: float = 1e-6) -> Tensor:
+    """x / sqrt(Σx² + eps) over the last dim (FLA's form, which transformers matches)."""
+    return x / torch.sqrt((x * x).sum(-1, keepdim=True) + eps)
+
+
+class ForgetGate(nn.Module):
+    """g = -exp(A_log) · softplus(f_b(f_a(x)) + dt_bias), per head and channel (log decay <= 0).
+    Checkpoint names: f_a_proj, f_b_proj, dt_bias, A_log."""
+
+    def __init__(self, hidden: int, heads: int, head_dim: int):
+        super().__init__()
+        self.heads, self.head_dim = heads, head_dim
+        self.f_a_proj = nn.Linear(hidden, head_dim, bias=False)
+        self.f_b_proj = nn.Linear(head_dim, heads * head_dim, bias=False)
+        self.dt_bias = nn.Parameter(torch.empty(heads * head_dim))
+        self.A_log = nn.Parameter(torch.empty(1, 1, heads, 1))
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x [S, hidden] -> g [S, H, K]."""
+        g = (linear(linear(x, self.f_a_proj), self.f_b_proj) + self.dt_bias.float()).view(-1, self.heads, self.head_dim)
+        softplus = torch.where(g > 20.0, g, torch.log(1.0 + torch.exp(g)))
+        return -self.A_log.float().view(self.heads, 1).exp() * softplus
+
+
+class KdaAttention(nn.Module):
+    """One KDA layer on a single sequence: short causal conv (+ SiLU) over q‖k‖v, L2-normalized
+    q and k, forget gate g, β = sigmoid(b_proj x), the delta rule, then
+    o_proj(RMSNorm(o) ⊙ sigmoid(g_b(g_a(x)))). Checkpoint names as transformers' layer.
+
+    State per layer: conv tail [3·H·K, kernel-1] (the last inputs of the conv) and the recurrent
+    state [H, K, V] (V = K here). `forward(x, conv, rec, chunked)` returns (out, conv, rec)."""
+
+    def __init__(self, hidden: int, heads: int, head_dim: int, conv_kernel: int, eps: float, chunk: int = 64):
+        super().__init__()
+        self.heads, self.head_dim, self.kernel, self.chunk = heads, head_dim, conv_kernel, chunk
+        dim = heads * head_dim
+        self.q_proj = nn.Linear(hidden, dim, bias=False)
+        self.k_proj = nn.Linear(hidden, dim, bias=False)
+        self.v_proj = nn.Linear(hidden, dim, bias=False)
+        self.conv1d = nn.Conv1d(3 * dim, 3 * dim, conv_kernel, groups=3 * dim, bias=False)
+        self.forget_gate = ForgetGate(hidden, heads, head_dim)
+        self.b_proj = nn.Linear(hidden, heads, bias=False)
+        self.g_a_proj = nn.Linear(hidden, head_dim, bias=False)
+        self.g_b_proj = nn.Linear(head_dim, dim, bias=False)
+        self.o_norm = nn.Module()
+        self.o_norm.weight = nn.Parameter(torch.empty(head_dim))
+        self.o_norm_eps = eps
+        self.o_proj = nn.Linear(dim, hidden, bias=False)
+
+    def state_shapes(self) -> tuple[tuple[int, int], tuple[int, int, int]]:
+        dim = self.heads * self.head_dim
+        return (3 * dim, self.kernel - 1), (self.heads, self.head_dim, self.head_dim)
+
+    def forward(self, x: Tensor, conv: Tensor, rec: Tensor, chunked: bool) -> tuple[Tensor, Tensor, Tensor]:
+        """x [S, hidden] f32; conv [3·H·K, kernel-1]; rec [H, K, K]."""
+        s, h, d = x.shape[0], self.heads, self.head_dim
+        mixed = torch.cat([linear(x, self.q_proj), linear(x, self.k_proj), linear(x, self.v_proj)], -1).T  # [C, S]
+        window = torch.cat([conv, mixed], dim=1)  # [C, kernel-1+S]
+        out = F.conv1d(window[None], self.conv1d.weight.float(), groups=window.shape[0])[0]  # [C, S]
+        conv = window[:, -(self.kernel - 1):]
+        q, k, v = F.silu(out).T.split(h * d, dim=-1)
+        q, k, v = (t.reshape(s, h, d) for t in (q, k, v))
+        g = self.forget_gate(x)
+        beta = torch.sigmoid(linear(x, self.b_proj))
+        kda = kda_chunked if chunked else kda_recurrent
+        o, rec = kda(l2norm(q), l2norm(k), v, g, beta, rec, **({"chunk": self.chunk} if chunked else {}))
+        gate = linear(linear(x, self.g_a_proj), self.g_b_proj).view(s, h, d)
+        o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + self.o_norm_eps) * self.o_norm.weight.float()
+        o = o * torch.sigmoid(gate)
+        return linear(o.reshape(s, h * d), self.o_proj), conv, rec

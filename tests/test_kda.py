@@ -1,5 +1,6 @@
-"""KDA math (models/kda.py): the recurrence against transformers' own reference functions, the
-chunked form against the recurrence, and the chunked form compiled by IREE with a dynamic length."""
+"""KDA (models/kda.py): the recurrence against transformers' own reference functions, the
+chunked form against the recurrence, the chunked form compiled by IREE with a dynamic chunk
+count, and the layer against transformers' KimiLinearDeltaAttention (state carried across calls)."""
 
 import numpy as np
 import pytest
@@ -77,3 +78,52 @@ def test_chunked_compiles_with_a_dynamic_chunk_count():
         want_o, want_s = kda_recurrent(*args)
         np.testing.assert_allclose(got_o, want_o.numpy(), rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(got_s, want_s.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def _tiny_layers(seed: int = 0):
+    from transformers import KimiLinearConfig
+    from transformers.models.kimi_linear.modeling_kimi_linear import KimiLinearDeltaAttention
+
+    from day0.models.kda import KdaAttention
+
+    cfg = KimiLinearConfig(hidden_size=32, rms_norm_eps=1e-6,
+                           linear_attn_config={"head_dim": 8, "num_heads": 2, "short_conv_kernel_size": 4,
+                                               "kda_layers": [1], "full_attn_layers": [2]},
+                           num_hidden_layers=2)
+    ref = KimiLinearDeltaAttention(cfg, layer_idx=0).float().eval()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    ours = KdaAttention(32, 2, 8, 4, 1e-6, chunk=16)
+    missing = ours.load_state_dict(ref.state_dict(), strict=True)
+    assert not missing.missing_keys and not missing.unexpected_keys
+    return ref, ours
+
+
+@pytest.mark.parametrize("chunked", [True, False])
+def test_layer_matches_transformers(chunked):
+    ref, ours = _tiny_layers()
+    x = torch.randn(40, 32, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        want = ref(x[None])[0]
+        conv, rec = (torch.zeros(s) for s in ours.state_shapes())
+        got, _, _ = ours(x, conv, rec, chunked=chunked)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_layer_state_carries_across_calls():
+    """prefill 25 (chunked) + 15 one token at a time (recurrent) == one pass over 40."""
+    _, ours = _tiny_layers(1)
+    x = torch.randn(40, 32, generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        zeros = [torch.zeros(s) for s in ours.state_shapes()]
+        want, want_conv, want_rec = ours(x, *zeros, chunked=True)
+        out, conv, rec = ours(x[:25], *zeros, chunked=True)
+        outs = [out]
+        for t in range(25, 40):
+            out, conv, rec = ours(x[t : t + 1], conv, rec, chunked=False)
+            outs.append(out)
+    torch.testing.assert_close(torch.cat(outs), want, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(rec, want_rec, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(conv, want_conv)
