@@ -24,12 +24,12 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from day0.frontend.ir import InsertionPoint, Operation, Type, ir
+from day0.frontend.ir import Operation, ir
 from day0.passes import extern_dispatch
 from day0.passes.base import DiagnosticEngine, ModulePass, collect_ops, operator_name
 from day0.passes.dsa_to_gather_tiles import OP_NAME, _check
 from day0.passes.extern_dispatch import append_parsed, tensor_text
-from day0.passes.torch_ir import TensorType, TorchBuilder
+from day0.passes.torch_ir import TensorType, TorchBuilder, replace_op
 
 EXECUTABLE = "day0_dsa_attention"
 KERNEL_PTX = "dsa_attention.sm_90.ptx"
@@ -120,34 +120,21 @@ class DsaToCudaKernel(ModulePass):
 
 
 def _rewrite(site, fn: str) -> None:
-    op, loc = site.op, site.op.location
-    ip = InsertionPoint(op)
-    dt = _DTYPES[site.dtype]
-
-    def create(name, result_type: str, operands):
-        return Operation.create(name, results=[Type.parse(result_type)], operands=operands,
-                                loc=loc, ip=ip).result
-
+    op, dt = site.op, _DTYPES[site.dtype]
+    b = TorchBuilder(op)
     S, H, D, K, V = site.S, site.H, site.D, site.K, site.V
     idx = site.idx
     if site.idx_dtype != "si64":
-        b = TorchBuilder(op)
         idx = b.op("torch.aten.to.dtype", [idx, b.int(_TORCH_INT64), b.bool(False), b.bool(False), b.none()],
                    TensorType((S, K), "si64"))
-    qb = create("torch_c.to_builtin_tensor", tensor_text((S, H, D), dt), [site.q])
-    kvb = create("torch_c.to_builtin_tensor", tensor_text(TensorType.of(site.kv).dims, dt), [site.kv])
-    ib = create("torch_c.to_builtin_tensor", tensor_text((S, K), "i64"), [idx])
+    qb = b.op("torch_c.to_builtin_tensor", [site.q], tensor_text((S, H, D), dt))
+    kvb = b.op("torch_c.to_builtin_tensor", [site.kv], tensor_text(TensorType.of(site.kv).dims, dt))
+    ib = b.op("torch_c.to_builtin_tensor", [idx], tensor_text((S, K), "i64"))
     if S is not None:
-        qb = create("tensor.cast", tensor_text((None, H, D), dt), [qb])
-        ib = create("tensor.cast", tensor_text((None, K), "i64"), [ib])
-    y = Operation.create("func.call", results=[Type.parse(tensor_text((None, H, V), dt))], operands=[qb, kvb, ib],
-                         attributes={"callee": ir.FlatSymbolRefAttr.get(fn)}, loc=loc, ip=ip).result
+        qb = b.op("tensor.cast", [qb], tensor_text((None, H, D), dt))
+        ib = b.op("tensor.cast", [ib], tensor_text((None, K), "i64"))
+    y = b.op("func.call", [qb, kvb, ib], tensor_text((None, H, V), dt), {"callee": ir.FlatSymbolRefAttr.get(fn)})
     if S is not None:
-        y = create("tensor.cast", tensor_text((S, H, V), dt), [y])
-    out = create("torch_c.from_builtin_tensor", str(TensorType((S, H, V), site.dtype).mlir()), [y])
-    op.result.replace_all_uses_with(out)
-    scalars = list(op.operands)[3:]
-    op.erase()
-    for v in scalars:  # the scale and value_dim constants, if nothing else reads them
-        if v.owner.name.startswith("torch.constant.") and not list(v.uses):
-            v.owner.erase()
+        y = b.op("tensor.cast", [y], tensor_text((S, H, V), dt))
+    # (the scale and value_dim constants go too, if nothing else reads them)
+    replace_op(op, [b.op("torch_c.from_builtin_tensor", [y], TensorType((S, H, V), site.dtype))])

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from day0.frontend.ir import Operation, Value
 from day0.passes.base import DiagnosticEngine, ModulePass, collect_ops, operator_name
-from day0.passes.torch_ir import TensorType, TorchBuilder, fmt_dim, fmt_dims, torch_constant
+from day0.passes.torch_ir import TensorType, TorchBuilder, fmt_dim, fmt_dims, replace_op, torch_constant
 
 OP_NAME = "torch.day0.dsa_attention"
 _FLOAT_DTYPES = {"f32": -1.0e30, "bf16": -1.0e30, "f16": -3.0e4}  # dtype -> NEG (finite)
@@ -193,13 +193,6 @@ def _rewrite(site: _Site, tile: int) -> Value:
     return to(out, (S, H, V), io)
 
 
-def _erase_if_unused(value: Value) -> None:
-    owner = value.owner
-    owner = getattr(owner, "operation", owner)
-    if isinstance(owner, Operation) and owner.name.startswith("torch.constant.") and not list(value.uses):
-        owner.erase()
-
-
 @dataclass(frozen=True)
 class DsaToGatherTiles(ModulePass):
     """Options:
@@ -231,11 +224,6 @@ class DsaToGatherTiles(ModulePass):
                 option = "decode-tile" if site.S == 1 and self.decode_tile else "tile"
                 diag.error(op, f"dsa_attention: {option}={tile} does not divide the {site.K} selected slots")
                 continue
-            out = _rewrite(site, tile)
-            scale_v, vdim_v = op.operands[3], op.operands[4]
-            op.result.replace_all_uses_with(out)
-            op.erase()
-            _erase_if_unused(scale_v)
-            _erase_if_unused(vdim_v)
+            replace_op(op, [_rewrite(site, tile)])
 
 

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from day0.frontend.ir import InsertionPoint, Operation, Type, ir
+from day0.frontend.ir import Operation, ir
 from day0.passes import extern_dispatch
 from day0.passes.base import DiagnosticEngine, ModulePass, collect_ops, operator_name
 from day0.passes.dsa_to_cuda_kernel import scale_bits
 from day0.passes.extern_dispatch import append_parsed, tensor_text
-from day0.passes.torch_ir import TensorType, fmt_dims, torch_constant
+from day0.passes.torch_ir import TensorType, TorchBuilder, fmt_dims, replace_op, torch_constant
 
 OP_NAME = "torch.day0.indexer_scores"
 EXECUTABLE = "day0_indexer_scores"
@@ -129,26 +129,17 @@ class IndexerScoresToCudaKernel(ModulePass):
 
 
 def _rewrite(site: _Site, fn: str) -> None:
-    op, loc = site.op, site.op.location
-    ip = InsertionPoint(op)
-
-    def create(name, result_type: str, operands):
-        return Operation.create(name, results=[Type.parse(result_type)], operands=operands, loc=loc, ip=ip).result
-
+    op = site.op
+    b = TorchBuilder(op)
     S, H, D, T = site.S, site.H, site.D, site.T
-    q, keys, w, scale = op.operands
-    args = [create("torch_c.to_builtin_tensor", tensor_text((S, H, D), "f32"), [q]),
-            create("torch_c.to_builtin_tensor", tensor_text((T, D), site.key_dtype), [keys]),
-            create("torch_c.to_builtin_tensor", tensor_text((S, H), "f32"), [w])]
+    q, keys, w, _ = op.operands
+    args = [b.op("torch_c.to_builtin_tensor", [q], tensor_text((S, H, D), "f32")),
+            b.op("torch_c.to_builtin_tensor", [keys], tensor_text((T, D), site.key_dtype)),
+            b.op("torch_c.to_builtin_tensor", [w], tensor_text((S, H), "f32"))]
     if S is not None:
-        args[0] = create("tensor.cast", tensor_text((None, H, D), "f32"), [args[0]])
-        args[2] = create("tensor.cast", tensor_text((None, H), "f32"), [args[2]])
-    y = Operation.create("func.call", results=[Type.parse(tensor_text((None, T), "f32"))], operands=args,
-                         attributes={"callee": ir.FlatSymbolRefAttr.get(fn)}, loc=loc, ip=ip).result
+        args[0] = b.op("tensor.cast", [args[0]], tensor_text((None, H, D), "f32"))
+        args[2] = b.op("tensor.cast", [args[2]], tensor_text((None, H), "f32"))
+    y = b.op("func.call", args, tensor_text((None, T), "f32"), {"callee": ir.FlatSymbolRefAttr.get(fn)})
     if S is not None:
-        y = create("tensor.cast", tensor_text((S, T), "f32"), [y])
-    out = create("torch_c.from_builtin_tensor", str(TensorType((S, T), "f32").mlir()), [y])
-    op.result.replace_all_uses_with(out)
-    op.erase()
-    if scale.owner.name.startswith("torch.constant.") and not list(scale.uses):
-        scale.owner.erase()
+        y = b.op("tensor.cast", [y], tensor_text((S, T), "f32"))
+    replace_op(op, [b.op("torch_c.from_builtin_tensor", [y], TensorType((S, T), "f32"))])

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from day0.frontend.ir import InsertionPoint, Operation, Type, ir
+from day0.frontend.ir import Operation, ir
 from day0.passes import extern_dispatch
 from day0.passes.base import DiagnosticEngine, ModulePass, collect_ops, operator_name
 from day0.passes.extern_dispatch import append_parsed, tensor_text
 from day0.passes.fuse_mxfp4_matmul import LINEAR, MOE, _check
-from day0.passes.torch_ir import TensorType, TorchBuilder
+from day0.passes.torch_ir import TensorType, TorchBuilder, replace_op
 
 EXECUTABLE = "day0_mxfp4_matvec"
 KERNEL_PTX = "mxfp4_matvec.sm_90.ptx"
@@ -119,40 +119,30 @@ class Mxfp4ToCudaMatvec(ModulePass):
 
     @staticmethod
     def _rewrite(site, fn: str) -> None:
-        op, loc = site.op, site.op.location
-        ip = InsertionPoint(op)
-
-        def create(name, result_type: str, operands, attrs=None):
-            return Operation.create(name, results=[Type.parse(result_type)], operands=operands,
-                                    attributes=attrs or {}, loc=loc, ip=ip).result
-
+        op = site.op
+        b = TorchBuilder(op)
         x, packed, scales, *rest = op.operands
         K, N, lead = site.K, site.N, site.lead
-        xt = TensorType.of(x)
-        xb = create("torch_c.to_builtin_tensor", tensor_text(xt.dims, "f32"), [x])
+        xb = b.op("torch_c.to_builtin_tensor", [x], tensor_text(TensorType.of(x).dims, "f32"))
         if lead is not None:
-            xb = create("tensor.cast", f"tensor<?x{K}xf32>", [xb])
+            xb = b.op("tensor.cast", [xb], f"tensor<?x{K}xf32>")
         args = [xb]
         for v in (packed, scales):
-            args.append(create("torch_c.to_builtin_tensor", tensor_text(TensorType.of(v).dims, "i8"), [v]))
+            args.append(b.op("torch_c.to_builtin_tensor", [v], tensor_text(TensorType.of(v).dims, "i8")))
         if site.moe:
             experts = rest[0]
             et = TensorType.of(experts)
             if et.dtype != "si64":
-                b = TorchBuilder(op)
                 experts = b.op("torch.aten.to.dtype", [experts, b.int(_TORCH_INT64), b.bool(False), b.bool(False),
                                                        b.none()], TensorType(et.dims, "si64"))
-            eb = create("torch_c.to_builtin_tensor", tensor_text(et.dims, "i64"), [experts])
+            eb = b.op("torch_c.to_builtin_tensor", [experts], tensor_text(et.dims, "i64"))
             if lead is not None:
-                eb = create("tensor.cast", f"tensor<?x{site.k}xi64>", [eb])
+                eb = b.op("tensor.cast", [eb], f"tensor<?x{site.k}xi64>")
             args.append(eb)
             dyn, out_dims = f"tensor<?x{site.k}x{N}xf32>", (lead, site.k, N)
         else:
             dyn, out_dims = f"tensor<?x{N}xf32>", (lead, N)
-        y = Operation.create("func.call", results=[Type.parse(dyn)], operands=args,
-                             attributes={"callee": ir.FlatSymbolRefAttr.get(fn)}, loc=loc, ip=ip).result
+        y = b.op("func.call", args, dyn, {"callee": ir.FlatSymbolRefAttr.get(fn)})
         if lead is not None:
-            y = create("tensor.cast", tensor_text(out_dims, "f32"), [y])
-        out = create("torch_c.from_builtin_tensor", str(TensorType(out_dims, "f32").mlir()), [y])
-        op.result.replace_all_uses_with(out)
-        op.erase()
+            y = b.op("tensor.cast", [y], tensor_text(out_dims, "f32"))
+        replace_op(op, [b.op("torch_c.from_builtin_tensor", [y], TensorType(out_dims, "f32"))])

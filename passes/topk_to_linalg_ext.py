@@ -58,7 +58,7 @@ from day0.frontend.ir import (
     ir,
 )
 from day0.passes.base import DiagnosticEngine, ModulePass, collect_ops
-from day0.passes.torch_ir import TensorType, TorchBuilder, fmt_dims, torch_constant
+from day0.passes.torch_ir import TensorType, TorchBuilder, fmt_dims, replace_op, torch_constant
 
 OP_NAME = "torch.aten.topk"
 _FLOAT_DTYPES = ("f16", "bf16", "f32", "f64")
@@ -184,12 +184,6 @@ def _rewrite(site: _Site) -> tuple[Value, Value]:
     return values, indices
 
 
-def _erase_if_unused(value: Value) -> None:
-    owner = getattr(value.owner, "operation", value.owner)
-    if isinstance(owner, Operation) and owner.name.startswith("torch.constant.") and not list(value.uses):
-        owner.erase()
-
-
 @dataclass(frozen=True)
 class TopkToLinalgExt(ModulePass):
     """Options:
@@ -214,13 +208,4 @@ class TopkToLinalgExt(ModulePass):
             if n is not None and n < self.min_size:
                 continue
             with op.location:  # the location type builders fall back on
-                values, indices = _rewrite(site)
-            constants = []  # k, dim, largest, sorted: one constant may serve several
-            for v in list(op.operands)[1:]:
-                if v not in constants:
-                    constants.append(v)
-            op.results[0].replace_all_uses_with(values)
-            op.results[1].replace_all_uses_with(indices)
-            op.erase()
-            for c in constants:
-                _erase_if_unused(c)
+                replace_op(op, _rewrite(site))

@@ -34,11 +34,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from day0.frontend.ir import InsertionPoint, Operation, Type, Value, ir
+from day0.frontend.ir import Operation, Value, ir
 from day0.passes import extern_dispatch
 from day0.passes.extern_dispatch import append_parsed, tensor_text
 from day0.passes.base import DiagnosticEngine, ModulePass, collect_ops
-from day0.passes.torch_ir import TensorType, TorchBuilder, fmt_dims, torch_constant
+from day0.passes.torch_ir import TensorType, TorchBuilder, fmt_dims, replace_op, torch_constant
 
 OP_NAME = "torch.aten.topk"
 EXECUTABLE = "day0_topk_select"
@@ -213,25 +213,18 @@ def wrapper_text(dims: tuple[int | None, ...], k: int) -> str:
     return "\n" + "\n".join(lines)
 
 
-def _rewrite(site: _Site) -> tuple[Value, Value]:
-    op, loc = site.op, site.op.location
-    ip = InsertionPoint(op)
-
-    def create(name, results, operands, attrs=None):
-        return Operation.create(name, results=results, operands=operands, attributes=attrs or {},
-                                loc=loc, ip=ip).results
-
+def _rewrite(site: _Site) -> list[Value]:
+    """The call of the site's wrapper, before the op; returns the torch (values, indices)."""
+    b = TorchBuilder(site.op)
     out = (*site.dims[:-1], site.k)
-    xb = create("torch_c.to_builtin_tensor", [Type.parse(tensor_text(site.dims, "f32"))], [site.x])[0]
+    xb = b.op("torch_c.to_builtin_tensor", [site.x], tensor_text(site.dims, "f32"))
     fn = ir.FlatSymbolRefAttr.get(wrapper_name(site.dims, site.k))
-    vals, idx = create("func.call", [Type.parse(tensor_text(out, "f32")), Type.parse(tensor_text(out, "i32"))],
-                       [xb], {"callee": fn})
-    values = create("torch_c.from_builtin_tensor", [TensorType(out, "f32").mlir()], [vals])[0]
-    idx32 = create("torch_c.from_builtin_tensor", [TensorType(out, "si32").mlir()], [idx])[0]
-    b = TorchBuilder(op)
+    vals, idx = b.op_results("func.call", [xb], [tensor_text(out, "f32"), tensor_text(out, "i32")], {"callee": fn})
+    values = b.op("torch_c.from_builtin_tensor", [vals], TensorType(out, "f32"))
+    idx32 = b.op("torch_c.from_builtin_tensor", [idx], TensorType(out, "si32"))
     indices = b.op("torch.aten.to.dtype", [idx32, b.int(_TORCH_INT64), b.bool(False), b.bool(False), b.none()],
                    TensorType(out, "si64"))
-    return values, indices
+    return [values, indices]
 
 
 def _is_small(dims) -> bool:
@@ -272,18 +265,7 @@ class TopkToRadixSelect(ModulePass):
             return
         for site in sites:
             with site.op.location:
-                values, indices = _rewrite(site)
-            constants = []
-            for v in list(site.op.operands)[1:]:
-                if v not in constants:
-                    constants.append(v)
-            site.op.results[0].replace_all_uses_with(values)
-            site.op.results[1].replace_all_uses_with(indices)
-            site.op.erase()
-            for c in constants:
-                owner = c.owner
-                if owner.name.startswith("torch.constant.") and not list(c.uses):
-                    owner.erase()
+                replace_op(site.op, _rewrite(site))
         text = executable_source_text()
         forms = {(s.k, _is_small(s.dims)) for s in sites}  # (k, one-kernel form) pairs in use
         text += "".join(small_function_text(k) if small else select_function_text(k) for k, small in sorted(forms))

@@ -49,11 +49,15 @@ class TorchBuilder:
         self._consts: dict[tuple[str, object], Value] = {}
 
     def op(self, name: str, operands: list[Value], result: TensorType | str, attrs=None) -> Value:
-        rtype = result.mlir() if isinstance(result, TensorType) else Type.parse(result)
+        """One op of any dialect with one result (a TensorType or a type's text)."""
+        return self.op_results(name, operands, [result], attrs)[0]
+
+    def op_results(self, name: str, operands: list[Value], results: list[TensorType | str], attrs=None) -> list[Value]:
+        types = [r.mlir() if isinstance(r, TensorType) else Type.parse(r) for r in results]
         op = Operation.create(
-            name, results=[rtype], operands=operands, attributes=attrs or {}, loc=self.loc, ip=self.ip
+            name, results=types, operands=operands, attributes=attrs or {}, loc=self.loc, ip=self.ip
         )
-        return op.result
+        return list(op.results)
 
     def _const(self, kind: str, value: object, make) -> Value:
         key = (kind, value)
@@ -79,6 +83,22 @@ class TorchBuilder:
     def ints(self, vs: list[int]) -> Value:
         items = [self.int(v) for v in vs]
         return self.op("torch.prim.ListConstruct", items, "!torch.list<int>")
+
+
+def replace_op(op: Operation, values: list[Value]) -> None:
+    """Replace op's results with `values` and erase it, then erase the torch constants it read
+    that nothing reads any more (one constant may feed several of its operands)."""
+    read: list[Value] = []
+    for v in op.operands:
+        if v not in read:
+            read.append(v)
+    for result, value in zip(op.results, values, strict=True):
+        result.replace_all_uses_with(value)
+    op.erase()
+    for v in read:
+        owner = getattr(v.owner, "operation", v.owner)  # a block argument's owner is a Block
+        if isinstance(owner, Operation) and owner.name.startswith("torch.constant.") and not list(v.uses):
+            owner.erase()
 
 
 def torch_constant(value: Value, op_name: str) -> object | None:
