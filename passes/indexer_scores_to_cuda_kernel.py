@@ -13,8 +13,22 @@ Precondition: every
             !torch.float) -> !torch.vtensor<[S,T],f32>
 
 has static H <= 64 and D <= 128 (S and T static or dynamic), the scale from torch.constant.float.
-Rewrite: a call of @day0_indexer_scores_<dtype>_H<H>_D<D>_T<T|q>_s<scale bits>(qb, kb, wb) whose
-body is one flow.dispatch over the grid (ceil(T / 128), S).
+Rewrite: a call of @day0_indexer_scores_<kernel>_H<H>_D<D>_T<T|q>_s<scale bits>(qb, kb, wb) whose
+body is one flow.dispatch of kernel over the grid (x, S):
+  f32        f32 keys: exact f32 FMAs, x = ceil(T / 128).
+  bf16_mma   bf16 keys (default): tensor cores, x = min(ceil(T / 128), max(264, ceil(T / 2048)))
+             (each CTA takes a contiguous range of ceil(ceil(T / 16) / x) tiles of 16 keys).
+  bf16       bf16 keys with option tensor-cores=false: exact f32 FMAs, x = ceil(T / 128).
+
+Numerics of bf16_mma: q · scale is rounded to bf16 (keys already are; products are exact and
+accumulate in f32), so the scores differ from the exact kernels by ~1e-3 relative. Only the order
+of the scores matters downstream (the top-k selection of DSA): keys whose exact scores lie within
+that error of the k-th largest can swap in or out of the selection, nothing else changes; the
+swapped keys are the ones the indexer could not tell apart anyway. `tools/gpu_kernel_times.py`
+measures the error and the selection overlap; tensor-cores=false keeps the exact kernel.
+
+Options:
+  tensor-cores   run bf16 keys on the tensor-core kernel (default true).
 """
 
 from __future__ import annotations
@@ -35,8 +49,20 @@ THREADS = 256
 KEYS_PER_CTA = 128
 MAX_H, MAX_D = 64, 128
 _KEY_DTYPES = ("f32", "bf16")
-# q, keys, w | out ; H, D, T, scale bits ; grid (ceil(T/128), S)
-KERNEL_ABI = tuple((f"day0_indexer_scores_{dt}", (True, True, True, False), 4, 2) for dt in _KEY_DTYPES)
+# CTAs per query of the tensor-core kernel: one wave (H200: 132 SMs × 2 CTAs) of long CTAs
+# amortizes converting q, but at most MMA_MAX_KEYS keys a CTA. On the H200 (tools/gpu_kernel_times)
+# 264 CTAs beat 1024 at 128K keys (13.3 vs 21.4 µs), 512 beat 264 at 1M (77.2 vs 81.7 µs).
+MMA_CTAS = 264
+MMA_MAX_KEYS = 2048
+_KERNELS = ("f32", "bf16", "bf16_mma")
+# q, keys, w | out ; H, D, T, scale bits ; grid (grid_x(kernel, T), S)
+KERNEL_ABI = tuple((f"day0_indexer_scores_{kernel}", (True, True, True, False), 4, 2) for kernel in _KERNELS)
+
+
+def grid_x(kernel: str, T: int) -> int:
+    """The grid's x (CTAs per query) that the pass dispatches `kernel` with over T keys."""
+    x = -(-T // KEYS_PER_CTA)
+    return min(x, max(MMA_CTAS, -(-T // MMA_MAX_KEYS))) if kernel == "bf16_mma" else x
 
 
 @dataclass(frozen=True)
@@ -78,32 +104,44 @@ def _check(op: Operation, diag: DiagnosticEngine) -> _Site | None:
     return _Site(op, S, H, D, T, keys.dtype, scale)
 
 
-def function_name(dt: str, H: int, D: int, T: int | None, scale: float) -> str:
-    return f"day0_indexer_scores_{dt}_H{H}_D{D}_T{'q' if T is None else T}_s{scale_bits(scale) & 0xFFFFFFFF:08x}"
+def function_name(kernel: str, H: int, D: int, T: int | None, scale: float) -> str:
+    return f"day0_indexer_scores_{kernel}_H{H}_D{D}_T{'q' if T is None else T}_s{scale_bits(scale) & 0xFFFFFFFF:08x}"
 
 
-def function_text(dt: str, H: int, D: int, T: int | None, scale: float) -> str:
+def function_text(kernel: str, H: int, D: int, T: int | None, scale: float) -> str:
+    dt = kernel.split("_")[0]  # the keys' element type
     q_t, k_t, w_t, o_t = (f"tensor<?x{H}x{D}xf32>", tensor_text((T, D), dt), f"tensor<?x{H}xf32>",
                           tensor_text((None, T), "f32"))
     if T is None:
+        gx = "%gx"
+        if kernel == "bf16_mma":
+            gx = "%gx0"
+            cap = f"""
+    %most = arith.constant {MMA_MAX_KEYS} : index
+    %long = arith.ceildivui %t, %most : index
+    %wave = arith.constant {MMA_CTAS} : index
+    %cap = arith.maxui %wave, %long : index
+    %gx = arith.minui %gx0, %cap : index"""
+        else:
+            cap = ""
         t_lines = f"""    %t = tensor.dim %k, %c0 : {k_t}
     %per = arith.constant {KEYS_PER_CTA} : index
-    %gx = arith.ceildivui %t, %per : index
+    {gx} = arith.ceildivui %t, %per : index{cap}
     %T = arith.index_cast %t : index to i32"""
         k_dims, o_dims = "{%t}", "{%s, %t}"
     else:
-        t_lines = f"""    %gx = arith.constant {-(-T // KEYS_PER_CTA)} : index
+        t_lines = f"""    %gx = arith.constant {grid_x(kernel, T)} : index
     %T = arith.constant {T} : i32"""
         k_dims, o_dims = "", "{%s}"
     return f"""
-  func.func private @{function_name(dt, H, D, T, scale)}(%q: {q_t}, %k: {k_t}, %w: {w_t}) -> {o_t} {{
+  func.func private @{function_name(kernel, H, D, T, scale)}(%q: {q_t}, %k: {k_t}, %w: {w_t}) -> {o_t} {{
     %c0 = arith.constant 0 : index
     %s = tensor.dim %q, %c0 : {q_t}
 {t_lines}
     %H = arith.constant {H} : i32
     %D = arith.constant {D} : i32
     %scale = arith.constant {scale_bits(scale)} : i32
-    %o = flow.dispatch @{EXECUTABLE}::@day0_indexer_scores_{dt}[%gx, %s](%H, %D, %T, %scale, %q, %k, %w)
+    %o = flow.dispatch @{EXECUTABLE}::@day0_indexer_scores_{kernel}[%gx, %s](%H, %D, %T, %scale, %q, %k, %w)
         : (i32, i32, i32, i32, {q_t}{{%s}}, {k_t}{k_dims}, {w_t}{{%s}}) -> {o_t}{o_dims}
     return %o : {o_t}
   }}"""
@@ -111,7 +149,16 @@ def function_text(dt: str, H: int, D: int, T: int | None, scale: float) -> str:
 
 @dataclass(frozen=True)
 class IndexerScoresToCudaKernel(ModulePass):
+    """Options:
+    tensor-cores  bf16 keys run on the tensor-core kernel (q rounded to bf16; default true); false
+                  keeps the exact f32-FMA kernel for them. f32 keys always take the exact kernel.
+    """
+
     name = "indexer-scores-to-cuda-kernel"
+    tensor_cores: bool = True
+
+    def kernel(self, key_dtype: str) -> str:
+        return "bf16_mma" if key_dtype == "bf16" and self.tensor_cores else key_dtype
 
     def apply(self, module_op: Operation, diag: DiagnosticEngine) -> None:
         sites = [s for op in collect_ops(module_op, lambda op: operator_name(op) == OP_NAME)
@@ -120,7 +167,7 @@ class IndexerScoresToCudaKernel(ModulePass):
             return
         functions = {}
         for site in sites:
-            key = (site.key_dtype, site.H, site.D, site.T, site.scale)
+            key = (self.kernel(site.key_dtype), site.H, site.D, site.T, site.scale)
             functions[function_name(*key)] = key
             with site.op.location:
                 _rewrite(site, function_name(*key))

@@ -8,8 +8,8 @@ GPU host, against PyTorch's torch.topk on the same GPU.
 Each k gets `topk_k{k}.vmfb` with topk(x: [T, N] f32) -> (values [T, k], indices [T, k] i32);
 `run` compares, case by case in child processes with a timeout, the selected set with the first
 k of a stable descending sort (ties: lower position) and the values with x at the indices.
-`kernels` launches the PTX's kernels through the CUDA driver on torch tensors and times them
-inside a CUDA graph (device time, no launch gaps), beside torch.topk timed the same way.
+`kernels` launches the PTX's kernels through the CUDA driver on torch tensors (tools/cuda_launch.py)
+and times them inside a CUDA graph (device time, no launch gaps), beside torch.topk timed the same way.
 """
 
 import argparse
@@ -135,26 +135,13 @@ def check_one(out: Path, name: str, device: str) -> dict:
 
 
 def kernel_times(ptx_path: Path, n: int, k: int, rows: int = 1, reps: int = 200) -> dict:
-    """Each kernel launched directly through the CUDA driver (ctypes) on torch tensors and timed
-    with CUDA events: the kernels' own device time, without IREE's per-call costs."""
-    import ctypes
-
+    """Each kernel launched directly through the CUDA driver (tools/cuda_launch.py) on torch
+    tensors and timed in a CUDA graph: the kernels' own device time, without IREE's per-call costs."""
     import torch
 
-    cuda = ctypes.CDLL("libcuda.so.1")
-    torch.zeros(1, device="cuda")  # make torch's primary context current
-    mod = ctypes.c_void_p()
-    ptx = ptx_path.read_bytes() + b"\0"
-    assert cuda.cuModuleLoadData(ctypes.byref(mod), ptx) == 0, "cuModuleLoadData failed"
+    from day0.tools.cuda_launch import PtxModule, graph_us
 
-    def kernel(name):
-        fn = ctypes.c_void_p()
-        assert cuda.cuModuleGetFunction(ctypes.byref(fn), mod, name.encode()) == 0, name
-        return fn
-
-    hist, collect, finish = kernel("day0_topk_hist"), kernel("day0_topk_collect"), kernel("day0_topk_finish")
-    small = kernel("day0_topk_small")
-    stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)  # rebound while capturing
+    mod = PtxModule(ptx_path)
     segs = -(-n // 8192)
     g = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(rows, n, device="cuda", generator=g)
@@ -165,17 +152,11 @@ def kernel_times(ptx_path: Path, n: int, k: int, rows: int = 1, reps: int = 200)
     ov = torch.empty(rows, k, dtype=torch.float32, device="cuda")
     cand = torch.empty(rows, n, dtype=torch.int32, device="cuda")
 
-    def launch(fn, grid, args):
-        cargs = [ctypes.c_void_p(a.data_ptr()) if isinstance(a, torch.Tensor) else ctypes.c_int(a) for a in args]
-        params = (ctypes.c_void_p * len(cargs))(*[ctypes.addressof(c) for c in cargs])
-        rc = cuda.cuLaunchKernel(fn, grid[0], grid[1], 1, 256, 1, 1, 0, stream, params, None)
-        assert rc == 0, f"launch failed: {rc}"
-
     steps = {
         "zero_total": lambda: total.zero_(),
-        "hist": lambda: launch(hist, (rows, segs), [x, total, cum, n, segs]),
-        "collect": lambda: launch(collect, (rows, segs), [x, total, cum, hdr, oi, ov, cand, n, segs, k]),
-        "finish": lambda: launch(finish, (rows, 1), [x, hdr, cand, oi, ov, n, k]),
+        "hist": lambda: mod.launch("day0_topk_hist", (rows, segs), [x, total, cum, n, segs]),
+        "collect": lambda: mod.launch("day0_topk_collect", (rows, segs), [x, total, cum, hdr, oi, ov, cand, n, segs, k]),
+        "finish": lambda: mod.launch("day0_topk_finish", (rows, 1), [x, hdr, cand, oi, ov, n, k]),
     }
     for f in steps.values():
         f()
@@ -183,43 +164,18 @@ def kernel_times(ptx_path: Path, n: int, k: int, rows: int = 1, reps: int = 200)
     want = set(torch.topk(x[0], k).indices.tolist())
     ok = set(oi[0].tolist()) == want
     res = {"n": n, "k": k, "rows": rows, "segments": segs, "correct": ok, "candidates": int(hdr[0, 2])}
-    def graph_us(fns) -> float:
-        """Device time of one round of fns, from a CUDA graph of 20 rounds (no launch gaps)."""
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for f in fns:
-                f()
-        torch.cuda.current_stream().wait_stream(side)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            nonlocal stream
-            stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-            for _ in range(20):
-                for f in fns:
-                    f()
-        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-        g.replay()
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(reps // 20 + 1):
-            g.replay()
-        end.record()
-        torch.cuda.synchronize()
-        return start.elapsed_time(end) * 1e3 / ((reps // 20 + 1) * 20)
-
+    replays = max(1, reps // 20)
     for name, f in steps.items():
-        res[f"{name}_us"] = graph_us([f])
-    res["all_us"] = graph_us(list(steps.values()))
+        res[f"{name}_us"] = graph_us([f], replays=replays)
+    res["all_us"] = graph_us(list(steps.values()), replays=replays)
     if n <= 8192:  # the one-kernel form for short rows
         si, sv = torch.empty_like(oi), torch.empty_like(ov)
-        run_small = lambda: launch(small, (rows, 1), [x, si, sv, n, k])  # noqa: E731
+        run_small = lambda: mod.launch("day0_topk_small", (rows, 1), [x, si, sv, n, k])  # noqa: E731
         run_small()
         torch.cuda.synchronize()
         res["small_correct"] = set(si[0].tolist()) == want
-        res["small_us"] = graph_us([run_small])
-    res["torch_topk_us"] = graph_us([lambda: torch.topk(x, k, sorted=False)])
+        res["small_us"] = graph_us([run_small], replays=replays)
+    res["torch_topk_us"] = graph_us([lambda: torch.topk(x, k, sorted=False)], replays=replays)
     return res
 
 

@@ -2,12 +2,19 @@
 //   out[s, t] = Σ_h w[s, h] · relu(scale · q[s, h, :] · keys[t, :])
 // q [S, H, D] f32, keys [T, D] (f32 or bf16), w [S, H] f32, out [S, T] f32; H <= 64, D <= 128.
 //
-// Dispatched by the `indexer-scores-to-cuda-kernel` pass (IREE external dispatch ABI). Grid
-// (ceil(T / KEYS), S): a CTA takes KEYS keys of one query. The query's heads sit in shared memory
-// (row stride D + 1: lane h reads head h, so an unpadded stride would put every lane on one
-// bank); a warp stages one key row at a time and each lane computes the dot products of its heads
-// (h = lane, lane + 32), then the warp sums w·relu over the heads.
-
+// Dispatched by the `indexer-scores-to-cuda-kernel` pass (IREE external dispatch ABI: q, keys, w,
+// out, then the push constants H, D, T, scale bits; grid (x, S), a CTA takes keys of one query).
+//
+// day0_indexer_scores_{f32,bf16}: exact f32 FMAs, grid (ceil(T / KEYS), S). The query's heads sit
+// in shared memory (row stride D + 1: lane h reads head h, so an unpadded stride would put every
+// lane on one bank); a warp stages one key row at a time and each lane computes the dot products
+// of its heads (h = lane, lane + 32), then the warp sums w·relu over the heads. Bound by its two
+// shared-memory loads per FMA.
+//
+// day0_indexer_scores_bf16_mma: tensor cores (mma.sync m16n8k16 bf16, f32 accumulation) for bf16
+// keys; q is rounded to bf16 (after the scale) once per CTA, so scores differ from the f32 kernel
+// by ~1e-3 relative (see the pass). Any grid x: CTA b takes a contiguous range of
+// ceil(ceil(T / 16) / gridDim.x) tiles of 16 keys, its warps tiles first + warp + 8 i.
 #include <cuda_bf16.h>
 
 #define THREADS 256
@@ -67,4 +74,157 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 day0_indexer_scores_bf16(const float* q, const __nv_bfloat16* keys, const float* w, float* out,
                          int H, int D, int T, int scale_bits) {
   indexer_scores<__nv_bfloat16>(q, keys, w, out, H, D, T, scale_bits);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tensor-core kernel (bf16 keys).
+//
+// A tile is scores[16 keys, 8 heads] = keys[16, D] · qᵀ[D, 8] as D/16 mma.m16n8k16 (A = keys, row
+// major; B = q, "col" = one head's D values). The dot product does not care in which order it
+// visits d, so the k index of the mma is a permutation of d chosen for the loads: for chunk c
+// (32 values of d) lane (g = lane / 4, i = lane % 4) loads the 16 bytes d = 32 c + 8 i .. + 8 of
+// key rows g and g + 8 (one 16-byte load each, a quad reads 64 contiguous bytes of a row), and
+// uses words (x, y) as its (low, high) k pair of k-step 2c and words (z, w) of k-step 2c + 1.
+// B follows the same map: lane (g, i) holds q[h = 8 nt + g, 32 c + 8 i .. + 8] as bf16, which the
+// CTA stores once in shared memory in exactly that fragment order (conflict-free 16-byte loads).
+// Accumulator lane (g, i): keys g, g + 8 × heads 8 nt + 2 i, + 1; w·relu is summed per lane, then
+// over the quad (2 shuffles).
+
+#define MMA_CHUNKS (MAX_D / 32)  // 32-wide chunks of d
+#define MMA_NT (MAX_H / 8)       // 8-head mma tiles
+#define MMA_GROUP 4              // head tiles accumulated at once (H <= 32: one group)
+#define TILE 16                  // keys per mma tile
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], unsigned a0, unsigned a1, unsigned a2,
+                                         unsigned a3, unsigned b0, unsigned b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// 16 bytes of keys read once: not kept in L1 (L2 keeps them for the other queries of a prefill).
+__device__ __forceinline__ uint4 ld_stream(const void* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (lo) in the low half
+  return *reinterpret_cast<unsigned*>(&v);
+}
+
+// Lane (g, i)'s A fragments of the tile at key t0: rows t0 + g (a[0]) and t0 + g + 8 (a[1]), 8 bf16
+// of chunk c each; zeros past T or D. vec: D % 8 == 0 (16-byte aligned rows).
+__device__ __forceinline__ void load_key_tile(uint4 (&a)[2][MMA_CHUNKS],
+                                              const __nv_bfloat16* __restrict__ keys, int t0,
+                                              int T, int D, bool vec, int g, int i) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int t = t0 + g + 8 * r;
+#pragma unroll
+    for (int c = 0; c < MMA_CHUNKS; ++c) {
+      const int d0 = 32 * c + 8 * i;
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      if (t < T && d0 < D) {
+        const __nv_bfloat16* p = keys + (size_t)t * D + d0;
+        if (vec) {
+          v = ld_stream(p);
+        } else {
+          const unsigned short* e = reinterpret_cast<const unsigned short*>(p);
+          unsigned u[4];
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            const unsigned lo = d0 + 2 * k < D ? e[2 * k] : 0u;
+            const unsigned hi = d0 + 2 * k + 1 < D ? e[2 * k + 1] : 0u;
+            u[k] = lo | (hi << 16);
+          }
+          v = make_uint4(u[0], u[1], u[2], u[3]);
+        }
+      }
+      a[r][c] = v;
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 2)
+day0_indexer_scores_bf16_mma(const float* __restrict__ q, const __nv_bfloat16* __restrict__ keys,
+                             const float* __restrict__ w, float* __restrict__ out, int H, int D,
+                             int T, int scale_bits) {
+  __shared__ uint4 qf[MMA_NT][MMA_CHUNKS][32];  // q · scale as bf16 B fragments (16 KB)
+  __shared__ __align__(16) float ws[MAX_H];
+  const float scale = __int_as_float(scale_bits);
+  const int s = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, i = lane & 3;
+  const int tiles = (T + TILE - 1) / TILE;
+  const int per = (tiles + gridDim.x - 1) / gridDim.x;
+  const int first = blockIdx.x * per, last = min(first + per, tiles);
+  const bool vec = (D & 7) == 0;
+  const int nchunks = (D + 31) / 32, nt_n = (H + 7) / 8;
+
+  // The first tile's keys do not depend on q: in flight while the CTA converts q.
+  uint4 a[2][MMA_CHUNKS];
+  int tile = first + warp;
+  load_key_tile(a, keys, tile < last ? tile * TILE : T, T, D, vec, g, i);
+
+  const float* qrow = q + (size_t)s * H * D;
+  for (int f = threadIdx.x; f < nt_n * MMA_CHUNKS * 32; f += THREADS) {
+    const int l = f & 31, c = (f >> 5) % MMA_CHUNKS, nt = (f >> 5) / MMA_CHUNKS;
+    const int h = 8 * nt + (l >> 2), d0 = 32 * c + 8 * (l & 3);
+    float v[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) v[k] = h < H && d0 + k < D ? qrow[(size_t)h * D + d0 + k] * scale : 0.0f;
+    qf[nt][c][l] = make_uint4(pack_bf16(v[0], v[1]), pack_bf16(v[2], v[3]), pack_bf16(v[4], v[5]),
+                              pack_bf16(v[6], v[7]));
+  }
+  for (int h = threadIdx.x; h < MAX_H; h += THREADS) ws[h] = h < H ? w[(size_t)s * H + h] : 0.0f;
+  __syncthreads();
+
+  float* orow = out + (size_t)s * T;
+  for (; tile < last; tile += WARPS) {
+    uint4 next[2][MMA_CHUNKS];  // the warp's next tile, loading while this one computes
+    const int nt0 = tile + WARPS;
+    load_key_tile(next, keys, nt0 < last ? nt0 * TILE : T, T, D, vec, g, i);
+    float s0 = 0.0f, s1 = 0.0f;  // keys g, g + 8: Σ over this lane's heads of w·relu
+    for (int hg = 0; hg < nt_n; hg += MMA_GROUP) {
+      float acc[MMA_GROUP][4];
+#pragma unroll
+      for (int n = 0; n < MMA_GROUP; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+#pragma unroll
+      for (int c = 0; c < MMA_CHUNKS; ++c) {
+        if (c < nchunks) {
+#pragma unroll
+          for (int n = 0; n < MMA_GROUP; ++n) {
+            if (hg + n < nt_n) {
+              const uint4 b = qf[hg + n][c][lane];
+              mma_bf16(acc[n], a[0][c].x, a[1][c].x, a[0][c].y, a[1][c].y, b.x, b.y);
+              mma_bf16(acc[n], a[0][c].z, a[1][c].z, a[0][c].w, a[1][c].w, b.z, b.w);
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int n = 0; n < MMA_GROUP; ++n) {
+        const float2 wv = *reinterpret_cast<const float2*>(&ws[8 * (hg + n) + 2 * i]);  // 0 past H
+        if (hg + n < nt_n) {
+          s0 += wv.x * fmaxf(acc[n][0], 0.0f) + wv.y * fmaxf(acc[n][1], 0.0f);
+          s1 += wv.x * fmaxf(acc[n][2], 0.0f) + wv.y * fmaxf(acc[n][3], 0.0f);
+        }
+      }
+    }
+#pragma unroll
+    for (int o = 1; o < 4; o <<= 1) {
+      s0 += __shfl_xor_sync(0xffffffffu, s0, o);
+      s1 += __shfl_xor_sync(0xffffffffu, s1, o);
+    }
+    const int t = tile * TILE + g + (i == 1 ? 8 : 0);
+    if (i < 2 && t < T) orow[t] = i == 0 ? s0 : s1;
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int c = 0; c < MMA_CHUNKS; ++c) a[r][c] = next[r][c];
+  }
 }

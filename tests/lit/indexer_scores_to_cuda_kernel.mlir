@@ -1,5 +1,6 @@
 // RUN: day0-opt %s --pass-pipeline='builtin.module(indexer-scores-to-cuda-kernel)' | filecheck %s
 // RUN: day0-opt %s --pass-pipeline='builtin.module(indexer-scores-to-cuda-kernel)' | filecheck %s --check-prefix=GONE
+// RUN: day0-opt %s --pass-pipeline='builtin.module(indexer-scores-to-cuda-kernel{tensor-cores=false})' | filecheck %s --check-prefix=EXACT
 
 // GONE-NOT: torch.day0.indexer_scores
 // GONE: hal.executable.source private @day0_indexer_scores
@@ -24,26 +25,57 @@ func.func @decode(%q: !torch.vtensor<[1,16,64],f32>, %k: !torch.vtensor<[1024,64
 // CHECK: [[O:%.+]] = call @day0_indexer_scores_f32_H16_D64_T1024_s3e000000([[QC]], [[K]], [[WC]])
 // CHECK: tensor.cast [[O]] : tensor<?x1024xf32> to tensor<1x1024xf32>
 
-// Prefill over its own keys: S and T dynamic, bf16 keys.
+// Prefill over its own keys: S and T dynamic, bf16 keys (the tensor-core kernel by default).
 func.func @prefill(%q: !torch.vtensor<[?,16,64],f32>, %k: !torch.vtensor<[?,64],bf16>, %w: !torch.vtensor<[?,16],f32>) -> !torch.vtensor<[?,?],f32> {
   %scale = torch.constant.float 0.125
   %o = torch.operator "torch.day0.indexer_scores"(%q, %k, %w, %scale) : (!torch.vtensor<[?,16,64],f32>, !torch.vtensor<[?,64],bf16>, !torch.vtensor<[?,16],f32>, !torch.float) -> !torch.vtensor<[?,?],f32>
   return %o : !torch.vtensor<[?,?],f32>
 }
 // CHECK-LABEL: func.func @prefill(
-// CHECK: call @day0_indexer_scores_bf16_H16_D64_Tq_s3e000000({{.*}}) : (tensor<?x16x64xf32>, tensor<?x64xbf16>, tensor<?x16xf32>) -> tensor<?x?xf32>
+// CHECK: call @day0_indexer_scores_bf16_mma_H16_D64_Tq_s3e000000({{.*}}) : (tensor<?x16x64xf32>, tensor<?x64xbf16>, tensor<?x16xf32>) -> tensor<?x?xf32>
+// EXACT-LABEL: func.func @prefill(
+// EXACT: call @day0_indexer_scores_bf16_H16_D64_Tq_s3e000000({{.*}}) : (tensor<?x16x64xf32>, tensor<?x64xbf16>, tensor<?x16xf32>) -> tensor<?x?xf32>
+
+// Decode over a static cache of 100000 bf16 keys.
+func.func @decode_bf16(%q: !torch.vtensor<[1,32,128],f32>, %k: !torch.vtensor<[100000,128],bf16>, %w: !torch.vtensor<[1,32],f32>) -> !torch.vtensor<[1,100000],f32> {
+  %scale = torch.constant.float 0.125
+  %o = torch.operator "torch.day0.indexer_scores"(%q, %k, %w, %scale) : (!torch.vtensor<[1,32,128],f32>, !torch.vtensor<[100000,128],bf16>, !torch.vtensor<[1,32],f32>, !torch.float) -> !torch.vtensor<[1,100000],f32>
+  return %o : !torch.vtensor<[1,100000],f32>
+}
+// CHECK-LABEL: func.func @decode_bf16(
+// CHECK: call @day0_indexer_scores_bf16_mma_H32_D128_T100000_s3e000000(
+// EXACT-LABEL: func.func @decode_bf16(
+// EXACT: call @day0_indexer_scores_bf16_H32_D128_T100000_s3e000000(
 
 // CHECK: hal.executable.source private @day0_indexer_scores
 // CHECK: hal.executable.export public @day0_indexer_scores_f32 ordinal(0)
 // CHECK: hal.executable.export public @day0_indexer_scores_bf16 ordinal(1)
+// CHECK: hal.executable.export public @day0_indexer_scores_bf16_mma ordinal(2)
 
-// Dynamic keys: the grid's x is ceil(T / 128) at run time.
-// CHECK-LABEL: func.func private @day0_indexer_scores_bf16_H16_D64_Tq_s3e000000(
+// Dynamic keys, tensor cores: the grid's x is min(ceil(T / 128), max(264, ceil(T / 2048))) at run time.
+// CHECK-LABEL: func.func private @day0_indexer_scores_bf16_mma_H16_D64_Tq_s3e000000(
 // CHECK: [[S:%.+]] = tensor.dim %arg0, %c0 : tensor<?x16x64xf32>
 // CHECK: [[T:%.+]] = tensor.dim %arg1, %c0 : tensor<?x64xbf16>
-// CHECK: [[GX:%.+]] = arith.ceildivui [[T]], %c128 : index
+// CHECK: [[GX0:%.+]] = arith.ceildivui [[T]], %c128 : index
+// CHECK: [[LONG:%.+]] = arith.ceildivui [[T]], %c2048 : index
+// CHECK: [[CAP:%.+]] = arith.maxui %c264, [[LONG]] : index
+// CHECK: [[GX:%.+]] = arith.minui [[GX0]], [[CAP]] : index
 // CHECK: [[T32:%.+]] = arith.index_cast [[T]] : index to i32
-// CHECK: flow.dispatch @day0_indexer_scores::@day0_indexer_scores_bf16[[[GX]], [[S]]](%c16_i32, %c64_i32, [[T32]], %c1040187392_i32, %arg0, %arg1, %arg2) : ({{.*}}) -> tensor<?x?xf32>{[[S]], [[T]]}
+// CHECK: flow.dispatch @day0_indexer_scores::@day0_indexer_scores_bf16_mma[[[GX]], [[S]]](%c16_i32, %c64_i32, [[T32]], %c1040187392_i32, %arg0, %arg1, %arg2) : ({{.*}}) -> tensor<?x?xf32>{[[S]], [[T]]}
+
+// Static keys, tensor cores: min(ceil(100000 / 128), max(264, ceil(100000 / 2048))) = 264 CTAs per query.
+// CHECK-LABEL: func.func private @day0_indexer_scores_bf16_mma_H32_D128_T100000_s3e000000(
+// CHECK: flow.dispatch @day0_indexer_scores::@day0_indexer_scores_bf16_mma[%c264, %dim](%c32_i32, %c128_i32, %c100000_i32, %c1040187392_i32, %arg0, %arg1, %arg2)
+
+// tensor-cores=false: the exact kernel, grid x = ceil(T / 128).
+// EXACT-LABEL: func.func private @day0_indexer_scores_bf16_H16_D64_Tq_s3e000000(
+// EXACT: [[S:%.+]] = tensor.dim %arg0, %c0 : tensor<?x16x64xf32>
+// EXACT: [[T:%.+]] = tensor.dim %arg1, %c0 : tensor<?x64xbf16>
+// EXACT: [[GX:%.+]] = arith.ceildivui [[T]], %c128 : index
+// EXACT: [[T32:%.+]] = arith.index_cast [[T]] : index to i32
+// EXACT: flow.dispatch @day0_indexer_scores::@day0_indexer_scores_bf16[[[GX]], [[S]]](%c16_i32, %c64_i32, [[T32]], %c1040187392_i32, %arg0, %arg1, %arg2) : ({{.*}}) -> tensor<?x?xf32>{[[S]], [[T]]}
+// EXACT-LABEL: func.func private @day0_indexer_scores_bf16_H32_D128_T100000_s3e000000(
+// EXACT: flow.dispatch @day0_indexer_scores::@day0_indexer_scores_bf16[%c782, %dim]
 
 // Static keys: 1024 / 128 = 8 CTAs per query.
 // CHECK-LABEL: func.func private @day0_indexer_scores_f32_H16_D64_T1024_s3e000000(

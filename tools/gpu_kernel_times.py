@@ -1,0 +1,409 @@
+"""Device time of each of day0's hand-written CUDA kernels alone, at the benchmark shapes (those of
+tools/bench_gpu.py's `full` config), beside its bandwidth limit. GPU host with PyTorch:
+
+    python -m day0.tools.gpu_kernel_times [PTX_DIR] [--json OUT] [--pieces indexer,dsa,moe,topk]
+
+PTX_DIR holds the committed *.sm_90.ptx (default: this package's lowering/kernels/). Every
+kernel is launched through the CUDA driver (tools/cuda_launch.py) with exactly the grid, buffers
+and push constants its pass dispatches (tests/test_gpu_kernel_times.py checks the tables below
+against the passes' own dispatch text and the PTX entries), inside a CUDA graph; a time is the
+median over graph replays of µs per launch. Rounds rotate among copies of the inputs so that a
+round's data is not still in the 50 MB L2 from the round before (as in a decode step, where
+other layers run in between); `hot_us` is the same launch on one copy (L2-warm when it fits).
+
+Pieces:
+  indexer  day0::indexer_scores, S = 1, 32 heads × 128, bf16 keys, T = 32K / 128K / 1M: the exact
+           f32-FMA kernel (`bf16`, the old one) and the tensor-core kernel (`bf16_mma`, the pass's
+           default), the latter also over other grids; checks against a float64 torch reference
+           (max error ÷ max |score|, vs exact q and vs q rounded to bf16 as the kernel does) and
+           whether torch.topk(2048) of the scores selects the same set as of the reference
+           (else how many keys swapped, and whether all swaps lie within the error of the
+           2048th score). Plus correctness cases for prefill and odd shapes.
+  dsa      day0::dsa_attention's partial + combine kernels: 64 heads, latent 512, 2048 selected
+           rows of a bf16 cache of T rows (bf16 q and out).
+  moe      day0::mxfp4_moe's matvec: 8 of 288 experts, hidden 4096, intermediate 2048: gate_up
+           (packed [288, 4096, 2048]) and down (packed [288, 4096, 1024]).
+  topk     the radix top-k (k = 2048) over rows of T (tools/gpu_topk_check.py's kernel timing).
+Limit: the bytes a launch must move (reads + writes) ÷ 4248 GB/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+BANDWIDTH_GBS = 4248.0
+CONTEXTS = (32768, 131072, 1048576)
+COLD_BYTES = 128 << 20  # rotate input copies until the rounds' data exceeds this (L2: 50 MB)
+THREADS = 256
+INDEXER = {"H": 32, "D": 128, "scale": 1.0, "top_k": 2048}  # bench_gpu's dsa_index (scale 1.0)
+DSA = {"H": 64, "D": 512, "V": 512, "K": 2048}  # scale latent**-0.5
+MOE = {"E": 288, "k": 8, "hidden": 4096, "intermediate": 2048}
+
+# The passes' launch geometry (not imported: a GPU host has no IREE compiler to import them with;
+# tests/test_gpu_kernel_times.py compares these with the passes).
+INDEXER_PTX, INDEXER_KEYS_PER_CTA = "indexer_scores.sm_90.ptx", 128
+INDEXER_MMA_CTAS, INDEXER_MMA_MAX_KEYS = 264, 2048
+DSA_PTX, DSA_ROWS_PER_SPLIT, DSA_HEADS_PER_CTA = "dsa_attention.sm_90.ptx", 128, 4
+MXFP4_PTX, MXFP4_ROWS_PER_CTA = "mxfp4_matvec.sm_90.ptx", 32
+TOPK_PTX = "topk_select.sm_90.ptx"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch as a pass dispatches it: buffers (names, in binding order) then i32 push
+    constants; grid (x, y, z); block THREADS."""
+
+    ptx: str
+    entry: str
+    grid: tuple[int, int, int]
+    buffers: tuple[str, ...]
+    constants: tuple[int, ...]
+    block: int = THREADS
+
+
+def scale_bits(scale: float) -> int:
+    """The f32 bits of scale as a signed i32 (as the passes' push constant)."""
+    return struct.unpack("<i", struct.pack("<f", scale))[0]
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def indexer_grid_x(kernel: str, T: int) -> int:
+    x = cdiv(T, INDEXER_KEYS_PER_CTA)
+    return min(x, max(INDEXER_MMA_CTAS, cdiv(T, INDEXER_MMA_MAX_KEYS))) if kernel == "bf16_mma" else x
+
+
+def indexer_launch(kernel: str, S: int, H: int, D: int, T: int, scale: float, grid_x: int | None = None) -> Launch:
+    """kernel: f32 | bf16 (exact FMAs) | bf16_mma (tensor cores). grid_x: another grid (the
+    tensor-core kernel takes any; the pass's by default)."""
+    gx = indexer_grid_x(kernel, T) if grid_x is None else grid_x
+    return Launch(INDEXER_PTX, f"day0_indexer_scores_{kernel}", (gx, S, 1), ("q", "keys", "w", "out"),
+                  (H, D, T, scale_bits(scale)))
+
+
+def dsa_launches(dt: str, S: int, H: int, D: int, T: int, K: int, V: int, scale: float) -> tuple[Launch, Launch]:
+    splits = cdiv(K, DSA_ROWS_PER_SPLIT)
+    partial = Launch(DSA_PTX, f"day0_dsa_partial_{dt}", (splits, cdiv(H, DSA_HEADS_PER_CTA), S),
+                     ("q", "kv", "idx", "ml", "acc"), (H, D, K, V, T, scale_bits(scale)))
+    combine = Launch(DSA_PTX, f"day0_dsa_combine_{dt}", (H, S, 1), ("ml", "acc", "out"), (H, V, splits))
+    return partial, combine
+
+
+def mxfp4_launch(T: int, k: int, E: int, N: int, K: int) -> Launch:
+    """mxfp4_moe over x [T, K], packed [E, N, K/2], experts [T, k] -> out [T·k, N]."""
+    return Launch(MXFP4_PTX, "day0_mxfp4_matvec", (cdiv(N, MXFP4_ROWS_PER_CTA), T * k, 1),
+                  ("x", "packed", "scales", "experts", "out"), (K, N, k, E))
+
+
+def all_launches() -> dict[str, Launch]:
+    """Every launch the benchmark makes at the pass's geometry (what the CPU test checks)."""
+    out = {}
+    H, D, sc = INDEXER["H"], INDEXER["D"], INDEXER["scale"]
+    for T in CONTEXTS:
+        for kernel in ("bf16", "bf16_mma"):
+            out[f"indexer_{kernel}_T{T}"] = indexer_launch(kernel, 1, H, D, T, sc)
+        p, c = dsa_launches("bf16", 1, DSA["H"], DSA["D"], T, DSA["K"], DSA["V"], DSA["D"] ** -0.5)
+        out[f"dsa_partial_T{T}"], out[f"dsa_combine_T{T}"] = p, c
+    E, k, hid, inter = MOE["E"], MOE["k"], MOE["hidden"], MOE["intermediate"]
+    out["moe_gate_up"] = mxfp4_launch(1, k, E, 2 * inter, hid)
+    out["moe_down"] = mxfp4_launch(k, 1, E, hid, inter)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU host
+
+
+class Runner:
+    def __init__(self, ptx_dir: Path):
+        from day0.tools.cuda_launch import PtxModule
+
+        self.ptx_dir = ptx_dir
+        self._mods: dict[str, PtxModule] = {}
+        self._cls = PtxModule
+
+    def __call__(self, launch: Launch, tensors: dict) -> None:
+        if launch.ptx not in self._mods:
+            self._mods[launch.ptx] = self._cls(self.ptx_dir / launch.ptx)
+        args = [tensors[b] for b in launch.buffers] + list(launch.constants)
+        self._mods[launch.ptx].launch(launch.entry, launch.grid, args, block=launch.block)
+
+
+def _copies(nbytes: int, most: int = 16) -> int:
+    return max(1, min(most, math.ceil(COLD_BYTES / max(nbytes, 1))))
+
+
+def _time(run: Runner, launches_of_copy, copies: int) -> tuple[float, float]:
+    """(cold µs, hot µs) of one round: launches_of_copy(i) -> [(launch, tensors), ...]."""
+    from day0.tools.cuda_launch import graph_us
+
+    def fns(i):
+        return [lambda l=l, t=t: run(l, t) for l, t in launches_of_copy(i)]
+
+    rounds = copies * cdiv(20, copies)
+    cold = graph_us([fns(i) for i in range(copies)], rounds=rounds)
+    hot = graph_us(fns(0), rounds=20)
+    return cold, hot
+
+
+def _limit(nbytes: int, us: float) -> dict:
+    limit = nbytes / (BANDWIDTH_GBS * 1e3)  # µs
+    return {"bytes": nbytes, "limit_us": round(limit, 2), "limit_over_time": round(limit / us, 3)}
+
+
+def indexer_reference(q, keys, w, scale: float, round_q: bool = False):
+    """float64 Σ_h w · relu(scale · q_h · k_t) [S, T]; round_q: q·scale rounded to bf16 first (what
+    the tensor-core kernel multiplies)."""
+    import torch
+
+    qs = q.double() * scale
+    if round_q:
+        qs = (q * scale).to(torch.bfloat16).double()
+    kd = keys.double()
+    out = torch.empty(q.shape[0], keys.shape[0], dtype=torch.float64, device=q.device)
+    for s in range(q.shape[0]):
+        out[s] = (torch.relu(qs[s] @ kd.T) * w[s].double()[:, None]).sum(0)
+    return out
+
+
+def _rel(got, ref) -> float:
+    return float((got.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+
+
+def topk_agreement(got, ref, k: int) -> dict:
+    """Selections of torch.topk(k) of got and of ref (one row): same set? else the swaps, and
+    whether every swapped key's reference score lies within 2·max|error| of the k-th largest."""
+    import torch
+
+    sel = torch.topk(got.double(), k).indices
+    want = torch.topk(ref, k).indices
+    inn = sel[~torch.isin(sel, want)]  # selected, not in the reference's set
+    out = want[~torch.isin(want, sel)]
+    res = {"same_set": inn.numel() == 0, "swapped": int(inn.numel())}
+    if inn.numel():
+        kth = torch.topk(ref, k).values[-1]
+        tol = 2 * (got.double() - ref).abs().max()
+        res["swaps_within_error_of_kth"] = bool((ref[inn] >= kth - tol).all() and (ref[out] <= kth + tol).all())
+    return res
+
+
+def bench_indexer(run: Runner, T: int) -> list[dict]:
+    import torch
+
+    H, D, scale, k = INDEXER["H"], INDEXER["D"], INDEXER["scale"], INDEXER["top_k"]
+    g = torch.Generator(device="cuda").manual_seed(T)
+    q = torch.randn(1, H, D, device="cuda", generator=g)
+    w = torch.rand(1, H, device="cuda", generator=g)
+    copies = _copies(T * D * 2)
+    sets = [{"q": q, "w": w, "keys": torch.randn(T, D, device="cuda", generator=g).to(torch.bfloat16),
+             "out": torch.empty(1, T, device="cuda")} for _ in range(copies)]
+    nbytes = T * D * 2 + T * 4 + H * D * 4 + H * 4
+    ref = indexer_reference(q, sets[0]["keys"], w, scale)
+    ref_bq = indexer_reference(q, sets[0]["keys"], w, scale, round_q=True)
+    results = []
+    for kernel in ("bf16", "bf16_mma"):
+        grids = [None]
+        if kernel == "bf16_mma":  # the pass's grid, then others
+            grids += sorted({cdiv(T, INDEXER_KEYS_PER_CTA), 132, 264, 528, 1056} - {indexer_grid_x(kernel, T)})
+        for gx in grids:
+            launch = indexer_launch(kernel, 1, H, D, T, scale, gx)
+            sets[0]["out"].fill_(float("nan"))
+            run(launch, sets[0])
+            torch.cuda.synchronize()
+            out = sets[0]["out"]
+            cold, hot = _time(run, lambda i: [(launch, sets[i])], copies)
+            res = {"piece": "indexer", "kernel": launch.entry, "T": T, "grid": list(launch.grid),
+                   "pass_grid": gx is None, "us": round(cold, 2), "hot_us": round(hot, 2), **_limit(nbytes, cold),
+                   "rel_err": _rel(out[0], ref[0]), "rel_err_vs_bf16_q": _rel(out[0], ref_bq[0])}
+            if gx is None:
+                res["topk"] = topk_agreement(out[0], ref[0], k)
+            results.append(res)
+            print(json.dumps(res), flush=True)
+    return results
+
+
+def check_indexer_shapes(run: Runner) -> list[dict]:
+    """The tensor-core kernel on prefill and odd shapes (H > 32, H and D not multiples of 8, T not
+    a multiple of 16, one CTA for all keys) against the bf16-q reference (f32 accumulation: ~1e-6)."""
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(1)
+    cases = [(3, 32, 128, 5000, None), (2, 64, 128, 4099, None), (2, 40, 100, 777, None), (1, 8, 64, 33, None),
+             (1, 32, 128, 100_000, 1), (4, 61, 120, 3000, 2), (1, 1, 1, 17, None)]
+    results = []
+    for S, H, D, T, gx in cases:
+        t = {"q": torch.randn(S, H, D, device="cuda", generator=g), "w": torch.rand(S, H, device="cuda", generator=g),
+             "keys": torch.randn(T, D, device="cuda", generator=g).to(torch.bfloat16),
+             "out": torch.full((S, T), float("nan"), device="cuda")}
+        scale = D ** -0.5
+        res = {"piece": "indexer_check", "S": S, "H": H, "D": D, "T": T, "grid_x": gx}
+        for kernel in ("bf16_mma", "bf16"):
+            t["out"].fill_(float("nan"))
+            run(indexer_launch(kernel, S, H, D, T, scale, gx if kernel == "bf16_mma" else None), t)
+            torch.cuda.synchronize()
+            ref = indexer_reference(t["q"], t["keys"], t["w"], scale, round_q=kernel == "bf16_mma")
+            res[f"{kernel}_rel_err"] = _rel(t["out"], ref)  # NaN if a score was not written
+        res["ok"] = res["bf16_mma_rel_err"] < 1e-4 and res["bf16_rel_err"] < 1e-4
+        results.append(res)
+        print(json.dumps(res), flush=True)
+    return results
+
+
+def bench_dsa(run: Runner, T: int) -> list[dict]:
+    import torch
+
+    H, D, V, K = DSA["H"], DSA["D"], DSA["V"], DSA["K"]
+    scale = D ** -0.5
+    partial, combine = dsa_launches("bf16", 1, H, D, T, K, V, scale)
+    splits = partial.grid[0]
+    g = torch.Generator(device="cuda").manual_seed(T + 1)
+    bf = torch.bfloat16
+    kv_copies = _copies(T * D * 2, most=4)
+    kvs = [torch.randn(T, D, device="cuda", generator=g).to(bf) for _ in range(kv_copies)]
+    variants = 32  # selections rotate too: 32 × 2 MB of rows > L2
+    shared = {"q": torch.randn(1, H, D, device="cuda", generator=g).to(bf),
+              "ml": torch.empty(1, splits, H, 2, device="cuda"), "acc": torch.empty(1, splits, H, V, device="cuda"),
+              "out": torch.empty(1, H, V, device="cuda", dtype=bf)}
+    sets = [{**shared, "kv": kvs[i % kv_copies],
+             "idx": torch.randperm(T, device="cuda", generator=g)[:K].reshape(1, K)} for i in range(variants)]
+    run(partial, sets[0])
+    run(combine, sets[0])
+    torch.cuda.synchronize()
+    rows = sets[0]["kv"][sets[0]["idx"][0]].float()
+    p = torch.softmax(shared["q"][0].float() @ rows.T * scale, -1)
+    rel = _rel(shared["out"][0].float(), (p @ rows[:, :V]).double())
+    part_bytes = K * D * 2 + K * 8 + H * D * 2 + splits * H * (2 + V) * 4
+    comb_bytes = splits * H * (2 + V) * 4 + H * V * 2
+    results = []
+    for name, launches, nbytes in (("partial", [partial], part_bytes), ("combine", [combine], comb_bytes),
+                                   ("partial+combine", [partial, combine], part_bytes + comb_bytes)):
+        cold, hot = _time(run, lambda i, ls=launches: [(l, sets[i]) for l in ls], variants)
+        res = {"piece": "dsa", "kernel": name, "T": T, "grid": [list(l.grid) for l in launches],
+               "us": round(cold, 2), "hot_us": round(hot, 2), **_limit(nbytes, cold), "rel_err": rel}
+        results.append(res)
+        print(json.dumps(res), flush=True)
+    return results
+
+
+def mxfp4_dequantize(packed, scales):
+    """f32 [..., N, K] of packed u8 [..., N, K/2] (low nibble first) and E8M0 scales [..., N, K/32]."""
+    import torch
+
+    lut = torch.tensor([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6], device=packed.device)
+    v = torch.stack([lut[(packed & 15).long()], lut[(packed >> 4).long()]], -1).flatten(-2)
+    s = torch.exp2(scales.float() - 127)
+    return (v.unflatten(-1, (-1, 32)) * s[..., None]).flatten(-2)
+
+
+def bench_moe(run: Runner) -> list[dict]:
+    import torch
+
+    E, k, hid, inter = MOE["E"], MOE["k"], MOE["hidden"], MOE["intermediate"]
+    g = torch.Generator(device="cuda").manual_seed(2)
+    u8 = lambda *s: torch.randint(0, 256, s, dtype=torch.uint8, device="cuda", generator=g)  # noqa: E731
+    sc = lambda *s: torch.randint(118, 124, s, dtype=torch.uint8, device="cuda", generator=g)  # noqa: E731
+    gate_up = mxfp4_launch(1, k, E, 2 * inter, hid)
+    down = mxfp4_launch(k, 1, E, hid, inter)
+    variants = 8  # expert choices rotate: 8 × 107 MB of weights
+    choices = [torch.randperm(E, device="cuda", generator=g)[:k] for _ in range(variants)]
+    gu_w = {"packed": u8(E, 2 * inter, hid // 2), "scales": sc(E, 2 * inter, hid // 32)}
+    dn_w = {"packed": u8(E, hid, inter // 2), "scales": sc(E, hid, inter // 32)}
+    x = torch.randn(1, hid, device="cuda", generator=g)
+    h = torch.randn(k, inter, device="cuda", generator=g)
+    gu_sets = [{**gu_w, "x": x, "experts": c.reshape(1, k), "out": torch.empty(k, 2 * inter, device="cuda")}
+               for c in choices]
+    dn_sets = [{**dn_w, "x": h, "experts": c.reshape(k, 1), "out": torch.empty(k, hid, device="cuda")} for c in choices]
+    results = []
+    for name, launch, sets, w, xin, N, K in (("gate_up", gate_up, gu_sets, gu_w, x, 2 * inter, hid),
+                                             ("down", down, dn_sets, dn_w, h, hid, inter)):
+        run(launch, sets[0])
+        torch.cuda.synchronize()
+        e = choices[0]
+        wd = mxfp4_dequantize(w["packed"][e], w["scales"][e])  # [k, N, K]
+        xs = xin.expand(k, K) if xin.shape[0] == 1 else xin
+        ref = torch.einsum("jnk,jk->jn", wd.double(), xs.double())
+        nbytes = k * N * (K // 2 + K // 32) + xin.numel() * 4 + k * 8 + k * N * 4
+        cold, hot = _time(run, lambda i, l=launch, s=sets: [(l, s[i])], variants)
+        res = {"piece": "moe", "kernel": name, "grid": list(launch.grid), "us": round(cold, 2), "hot_us": round(hot, 2),
+               **_limit(nbytes, cold), "rel_err": _rel(sets[0]["out"], ref)}
+        results.append(res)
+        print(json.dumps(res), flush=True)
+    return results
+
+
+def bench_topk(ptx_dir: Path, T: int) -> dict:
+    from day0.tools.gpu_topk_check import kernel_times
+
+    res = {"piece": "topk", **kernel_times(ptx_dir / TOPK_PTX, T, INDEXER["top_k"])}
+    res.update(_limit(T * 4 + INDEXER["top_k"] * 8, res["all_us"]))
+    print(json.dumps(res), flush=True)
+    return res
+
+
+def _table(results: list[dict]) -> str:
+    lines = ["| piece | kernel | T | grid | µs | hot µs | limit µs | limit ÷ µs | check |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        if r["piece"] == "indexer_check":
+            continue
+        check = ""
+        if "rel_err" in r:
+            check = f"rel {r['rel_err']:.1e}"
+        if "topk" in r:
+            t = r["topk"]
+            check += ", top-k same" if t["same_set"] else f", top-k {t['swapped']} swapped" + (
+                " (within error)" if t.get("swaps_within_error_of_kth") else "")
+        if r["piece"] == "topk":
+            r = {**r, "kernel": "radix top-k", "T": r["n"], "us": round(r["all_us"], 2), "hot_us": "", "grid": "",
+                 "correct": r["correct"]}
+            check = "exact" if r["correct"] else "WRONG"
+        kernel = r["kernel"] + ("" if r.get("pass_grid", True) else " (other grid)")
+        lines.append(f"| {r['piece']} | {kernel} | {r.get('T', '')} | {r['grid']} | {r['us']} | {r['hot_us']} | "
+                     f"{r.get('limit_us', '')} | {r.get('limit_over_time', '')} | {check} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="day0-gpu-kernel-times")
+    p.add_argument("ptx_dir", nargs="?", default=str(Path(__file__).resolve().parent.parent / "lowering" / "kernels"))
+    p.add_argument("--json", default=None)
+    p.add_argument("--pieces", default="indexer,dsa,moe,topk")
+    p.add_argument("--contexts", default=",".join(map(str, CONTEXTS)))
+    a = p.parse_args(argv)
+    import torch
+
+    ptx_dir, pieces = Path(a.ptx_dir), set(a.pieces.split(","))
+    contexts = [int(c) for c in a.contexts.split(",")]
+    run = Runner(ptx_dir)
+    results: list[dict] = []
+    if "indexer" in pieces:
+        results += check_indexer_shapes(run)
+        for T in contexts:
+            results += bench_indexer(run, T)
+            torch.cuda.empty_cache()
+    if "dsa" in pieces:
+        for T in contexts:
+            results += bench_dsa(run, T)
+            torch.cuda.empty_cache()
+    if "moe" in pieces:
+        results += bench_moe(run)
+        torch.cuda.empty_cache()
+    if "topk" in pieces:
+        for T in contexts:
+            results.append(bench_topk(ptx_dir, T))
+    print(_table(results))
+    bad = [r for r in results if r["piece"] == "indexer_check" and not r["ok"]]
+    if a.json:
+        meta = {"device": torch.cuda.get_device_name(), "bandwidth_gbs": BANDWIDTH_GBS, "torch": torch.__version__}
+        Path(a.json).write_text(json.dumps({"meta": meta, "results": results}, indent=2))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
