@@ -52,10 +52,11 @@ class CausalLM(nn.Module):
             want = (dtypes or {}).get(name)
             if want is not None and p.is_floating_point() and want.is_floating_point and want != p.dtype:
                 p.data = torch.empty(p.shape, dtype=want)
-        inv_freq, scaling = rope_frequencies(cfg, m.rope_dim())
-        cos, sin = rope_table(inv_freq, max_seq_len, scaling)
-        m.register_buffer("rope_cos", cos, persistent=True)
-        m.register_buffer("rope_sin", sin, persistent=True)
+        if m.rope_dim():  # 0: no rotary anywhere (kimi_linear's NoPE attention), no table
+            inv_freq, scaling = rope_frequencies(cfg, m.rope_dim())
+            cos, sin = rope_table(inv_freq, max_seq_len, scaling)
+            m.register_buffer("rope_cos", cos, persistent=True)
+            m.register_buffer("rope_sin", sin, persistent=True)
         return m.requires_grad_(False)
 
     def rope_dim(self) -> int:

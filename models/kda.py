@@ -4,11 +4,14 @@ two forms the model needs, each on one sequence (no batch dim), float32 througho
     kda_recurrent  token by token (decode, and the reference)
     kda_chunked    chunks of `chunk` tokens (prefill): within a chunk the WY form (cumulative
                    decay, a unit-lower-triangular solve by forward substitution), across chunks
-                   one state update each. The chunk loop is a `torch.while_loop` while exporting
-                   (dynamic chunk count; every tensor it reads is loop-carried, because torch-mlir
-                   imports closure-captured tensors wrongly) and a Python loop in eager mode.
-                   Exported lengths must be whole chunks (T = chunk·n): padding a free length
-                   inside the graph makes guards torch.export cannot prove, so callers pad.
+                   one state update each. Any length T: the inputs get one whole chunk of zeros
+                   appended (a static amount, so torch.export makes no guard on T) and the loop
+                   runs ceil(T / chunk) chunks; a zero token (k = v = q = g = β = 0) leaves the
+                   state unchanged and its output is dropped. The loop is a `torch.while_loop`
+                   while exporting (dynamic chunk count; every tensor it reads is loop-carried,
+                   because torch-mlir imports closure-captured tensors wrongly) and a Python loop
+                   in eager mode. (Padding to a multiple of the chunk and reshaping to
+                   [chunks, chunk] instead makes floor-division guards torch.export cannot prove.)
 
 Per head h, state S [K, V]; for each token t (q already L2-normalized, scaled by K^-1/2 inside):
     S ← Diag(exp g_t) · S
@@ -37,14 +40,50 @@ def kda_recurrent(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, stat
     return torch.stack(outs), state
 
 
-def _chunk_step(q_c: Tensor, k_c: Tensor, g_c: Tensor, u_c: Tensor, w_c: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
-    """One chunk against the running state. All [H, C, ·] (g cumulative within the chunk):
-    u = T·(β v) and w = T·(β k ⊙ exp g) are the WY-form values and keys."""
+def unit_lower_inverse(a: Tensor, block: int = 16) -> Tensor:
+    """(I - A)^-1 for A [H, C, C] strictly lower triangular, by blocks of `block` rows (FLA's
+    scheme): forward substitution inside the diagonal blocks, all blocks at once (block - 1 steps),
+    then one block row at a time, T_rc = T_rr · Σ_{c<=m<r} A_rm T_mc (C/block - 1 steps).
+
+    Forward substitution keeps every intermediate bounded by the result (a Neumann-series product
+    would not: with correlated keys its terms grow like binomials and cancel). Unrolling C - 1
+    steps made IREE's compile time grow steeply with C (65 s at C = 64 against 4 s at 16); the
+    blocked form unrolls block - 1 + C/block - 1."""
+    h, c, _ = a.shape
+    b = block if c % block == 0 else c
+    n = c // b
+    diag = torch.stack([a[:, i * b : (i + 1) * b, i * b : (i + 1) * b] for i in range(n)], dim=1)  # [H, n, b, b]
+    rows = [diag[:, :, 0, :]]
+    for i in range(1, b):  # row i of (I - D)^-1 - I from the rows above, in every diagonal block
+        prev = torch.stack(rows, dim=2)  # [H, n, i, b]
+        rows.append(diag[:, :, i, :] + torch.einsum("hnj,hnjc->hnc", diag[:, :, i, :i], prev))
+    inv = torch.stack(rows, dim=2) + torch.eye(b, device=a.device)  # [H, n, b, b]
+    t = inv[:, 0]  # the inverse of the top-left r·b × r·b corner, grown one block row at a time
+    for r in range(1, n):
+        left = inv[:, r] @ (a[:, r * b : (r + 1) * b, : r * b] @ t)  # [H, b, r·b]
+        t = torch.cat([torch.cat([t, t.new_zeros(h, r * b, b)], dim=2), torch.cat([left, inv[:, r]], dim=2)], dim=1)
+    return t
+
+
+def _chunk(q_c: Tensor, k_c: Tensor, v_c: Tensor, g_c: Tensor, b_c: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
+    """One chunk against the running state: q, k, g [H, C, K] (g per token, not yet cumulative),
+    v [H, C, V], β [H, C]. Returns (out [H, C, V], state).
+
+    WY form: A[i, j] = -β_i k_i·(k_j ⊙ exp(G_i - G_j)) for j < i (G the cumulative g),
+    T = (I - A)^-1; u = T·(β v) and w = T·(β k ⊙ exp G) are the chunk's values and keys."""
     c = q_c.shape[1]
+    g_c = g_c.cumsum(dim=1)
+    strict = torch.ones(c, c, dtype=torch.bool, device=q_c.device).tril(-1)
     causal = torch.ones(c, c, dtype=torch.bool, device=q_c.device).tril()
-    decay = (g_c[:, :, None, :] - g_c[:, None, :, :]).masked_fill(~causal[None, :, :, None], float("-inf")).exp()
-    attn = torch.einsum("hik,hjk,hijk->hij", q_c, k_c, decay)  # [H, C, C], i >= j
-    v_new = u_c - torch.einsum("hck,hkv->hcv", w_c, state)
+    diff = g_c[:, :, None, :] - g_c[:, None, :, :]  # [H, C, C, K]: G_i - G_j
+    kb = k_c * b_c[..., None]
+    a = -torch.einsum("hik,hjk,hijk->hij", kb, k_c, diff.masked_fill(~strict[None, :, :, None], float("-inf")).exp())
+    tmat = unit_lower_inverse(a)
+    u = torch.einsum("hij,hjv->hiv", tmat, v_c * b_c[..., None])
+    w = torch.einsum("hij,hjk->hik", tmat, kb * g_c.exp())
+
+    attn = torch.einsum("hik,hjk,hijk->hij", q_c, k_c, diff.masked_fill(~causal[None, :, :, None], float("-inf")).exp())
+    v_new = u - torch.einsum("hck,hkv->hcv", w, state)
     out = torch.einsum("hck,hkv->hcv", q_c * g_c.exp(), state) + torch.einsum("hij,hjv->hiv", attn, v_new)
     last = g_c[:, -1:, :]  # [H, 1, K]
     state = state * last.transpose(1, 2).exp() + torch.einsum("hck,hcv->hkv", k_c * (last - g_c).exp(), v_new)
@@ -54,53 +93,35 @@ def _chunk_step(q_c: Tensor, k_c: Tensor, g_c: Tensor, u_c: Tensor, w_c: Tensor,
 def kda_chunked(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor,
                 chunk: int = 64) -> tuple[Tensor, Tensor]:
     T, H, K = k.shape
-    pad = (T + chunk - 1) // chunk * chunk - T  # (not (-T) % chunk: torch.export cannot bound that)
     q = q * K**-0.5
-    def chunks(x: Tensor) -> Tensor:
-        """[T, H, ...] -> [H, N, C, ...], zero-padded to N·C tokens (a padded token has
-        k = v = g = β = 0, so it changes nothing)."""
-        x = F.pad(x, (0, 0) * (x.dim() - 2) + (0, 0, 0, pad))
-        x = x.reshape(-1, chunk, *x.shape[1:])  # [N, C, H, ...]
-        return x.permute(2, 0, 1, *range(3, x.dim()))
 
-    qc, kc, vc, gc = (chunks(x) for x in (q, k, v, g))  # [H, N, C, ·]
-    bc = chunks(beta)  # [H, N, C]
-    gc = gc.cumsum(dim=2)
-    # WY form within each chunk: A[i, j] = -β_i k_i·(k_j ⊙ exp(g_i - g_j)) for j < i; T = (I - A)^-1
-    strict = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).tril(-1)
-    decay = (gc[:, :, :, None, :] - gc[:, :, None, :, :]).masked_fill(~strict[None, None, :, :, None], float("-inf")).exp()
-    a = -torch.einsum("hnik,hnjk,hnijk->hnij", kc * bc[..., None], kc, decay)  # strictly lower
-    rows = [a[:, :, 0, :]]
-    for i in range(1, chunk):  # forward substitution: row i of (I - A)^-1 - I from the rows above
-        prev = torch.stack(rows, dim=2)  # [H, N, i, C]
-        rows.append(a[:, :, i, :] + torch.einsum("hnj,hnjc->hnc", a[:, :, i, :i], prev))
-    tmat = torch.stack(rows, dim=2) + torch.eye(chunk, device=q.device)
-    u = torch.einsum("hnij,hnjv->hniv", tmat, vc * bc[..., None])
-    w = torch.einsum("hnij,hnjk->hnik", tmat, kc * bc[..., None] * gc.exp())
+    def padded(x: Tensor) -> Tensor:
+        """[T, H, ...] -> [H, T + chunk, ...]: one chunk of zero tokens appended, so that every
+        chunk the loop reads, the last partial one included, lies inside the tensor."""
+        return torch.cat([x, x.new_zeros((chunk,) + x.shape[1:])]).transpose(0, 1)
 
-    n = qc.shape[1]
+    xs = tuple(padded(x) for x in (q, k, v, g, beta))
     if torch.compiler.is_exporting():
         from torch._higher_order_ops.while_loop import while_loop
 
-        def cond(i, st, out, qx, *xs):
-            return i < qx.shape[1]  # (not the outer n: a captured size is imported wrongly too)
+        def cond(i, st, out, qx, *rest):
+            return i * chunk < qx.shape[1] - chunk  # (T from a carried shape: captured sizes import wrongly too)
 
-        def body(i, st, out, qx, kx, gx, ux, wx):
-            pick = lambda x: x.index_select(1, i.reshape(1)).squeeze(1)  # noqa: E731
-            o, st = _chunk_step(pick(qx), pick(kx), pick(gx), pick(ux), pick(wx), st)
-            out = out.index_copy(1, i.reshape(1), o.unsqueeze(1))
-            return i + 1, st, out, qx.clone(), kx.clone(), gx.clone(), ux.clone(), wx.clone()
+        def body(i, st, out, *xs):
+            rows = i * chunk + torch.arange(chunk, dtype=torch.int64)
+            o, st = _chunk(*(x.index_select(1, rows) for x in xs), st)
+            return i + 1, st, out.index_copy(1, rows, o), *(x.clone() for x in xs)
 
-        out0 = torch.zeros(H, n, chunk, v.shape[-1], dtype=v.dtype, device=v.device)
-        _, state, out, *_ = while_loop(cond, body, (torch.zeros((), dtype=torch.int64), state, out0, qc, kc, gc, u, w))
+        out0 = torch.zeros(H, T + chunk, v.shape[-1], dtype=v.dtype, device=v.device)
+        _, state, out, *_ = while_loop(cond, body, (torch.zeros((), dtype=torch.int64), state, out0, *xs))
+        out = out[:, :T]
     else:
         outs = []
-        for i in range(n):
-            o, state = _chunk_step(qc[:, i], kc[:, i], gc[:, i], u[:, i], w[:, i], state)
+        for i in range(0, T, chunk):
+            o, state = _chunk(*(x[:, i : i + chunk] for x in xs), state)
             outs.append(o)
-        out = torch.stack(outs, dim=1)
-    out = out.reshape(H, n * chunk, -1)[:, :T].transpose(0, 1)  # [T, H, V]
-    return out, state
+        out = torch.cat(outs, dim=1)[:, :T]
+    return out.transpose(0, 1), state
 
 
 # ---------------------------------------------------------------------------------------------
@@ -112,29 +133,16 @@ def l2norm(x: Tensor, eps: float = 1e-6) -> Tensor:
     return x / torch.sqrt((x * x).sum(-1, keepdim=True) + eps)
 
 
-class ForgetGate(nn.Module):
-    """g = -exp(A_log) · softplus(f_b(f_a(x)) + dt_bias), per head and channel (log decay <= 0).
-    Checkpoint names: f_a_proj, f_b_proj, dt_bias, A_log."""
-
-    def __init__(self, hidden: int, heads: int, head_dim: int):
-        super().__init__()
-        self.heads, self.head_dim = heads, head_dim
-        self.f_a_proj = nn.Linear(hidden, head_dim, bias=False)
-        self.f_b_proj = nn.Linear(head_dim, heads * head_dim, bias=False)
-        self.dt_bias = nn.Parameter(torch.empty(heads * head_dim))
-        self.A_log = nn.Parameter(torch.empty(1, 1, heads, 1))
-
-    def forward(self, x: Tensor) -> Tensor:
-        """x [S, hidden] -> g [S, H, K]."""
-        g = (linear(linear(x, self.f_a_proj), self.f_b_proj) + self.dt_bias.float()).view(-1, self.heads, self.head_dim)
-        softplus = torch.where(g > 20.0, g, torch.log(1.0 + torch.exp(g)))
-        return -self.A_log.float().view(self.heads, 1).exp() * softplus
-
-
 class KdaAttention(nn.Module):
     """One KDA layer on a single sequence: short causal conv (+ SiLU) over q‖k‖v, L2-normalized
-    q and k, forget gate g, β = sigmoid(b_proj x), the delta rule, then
-    o_proj(RMSNorm(o) ⊙ sigmoid(g_b(g_a(x)))). Checkpoint names as transformers' layer.
+    q and k, forget gate g = -exp(A_log) · softplus(f_b(f_a(x)) + dt_bias) (per head and channel,
+    log decay <= 0), β = sigmoid(b_proj x), the delta rule, then
+    o_proj(RMSNorm(o) ⊙ sigmoid(g_b(g_a(x)))).
+
+    Checkpoint names as Kimi-Linear / GLM-5 checkpoints store them (and transformers' save_pretrained
+    writes them): q/k/v_proj, q/k/v_conv1d [H·K, 1, kernel], f_a_proj, f_b_proj, dt_bias, A_log,
+    b_proj, g_a_proj, g_b_proj, o_norm, o_proj. (transformers' module concatenates the three convs
+    into `conv1d` and moves the gate under `forget_gate.` at load time: `transformers_state_dict`.)
 
     State per layer: conv tail [3·H·K, kernel-1] (the last inputs of the conv) and the recurrent
     state [H, K, V] (V = K here). `forward(x, conv, rec, chunked)` returns (out, conv, rec)."""
@@ -146,8 +154,13 @@ class KdaAttention(nn.Module):
         self.q_proj = nn.Linear(hidden, dim, bias=False)
         self.k_proj = nn.Linear(hidden, dim, bias=False)
         self.v_proj = nn.Linear(hidden, dim, bias=False)
-        self.conv1d = nn.Conv1d(3 * dim, 3 * dim, conv_kernel, groups=3 * dim, bias=False)
-        self.forget_gate = ForgetGate(hidden, heads, head_dim)
+        self.q_conv1d = nn.Conv1d(dim, dim, conv_kernel, groups=dim, bias=False)
+        self.k_conv1d = nn.Conv1d(dim, dim, conv_kernel, groups=dim, bias=False)
+        self.v_conv1d = nn.Conv1d(dim, dim, conv_kernel, groups=dim, bias=False)
+        self.f_a_proj = nn.Linear(hidden, head_dim, bias=False)
+        self.f_b_proj = nn.Linear(head_dim, dim, bias=False)
+        self.dt_bias = nn.Parameter(torch.empty(dim))
+        self.A_log = nn.Parameter(torch.empty(1, 1, heads, 1))
         self.b_proj = nn.Linear(hidden, heads, bias=False)
         self.g_a_proj = nn.Linear(hidden, head_dim, bias=False)
         self.g_b_proj = nn.Linear(head_dim, dim, bias=False)
@@ -160,12 +173,19 @@ class KdaAttention(nn.Module):
         dim = self.heads * self.head_dim
         return (3 * dim, self.kernel - 1), (self.heads, self.head_dim, self.head_dim)
 
+    def forget_gate(self, x: Tensor) -> Tensor:
+        """x [S, hidden] -> g [S, H, K] (transformers' overflow-safe softplus)."""
+        g = (linear(linear(x, self.f_a_proj), self.f_b_proj) + self.dt_bias.float()).view(-1, self.heads, self.head_dim)
+        softplus = torch.where(g > 20.0, g, torch.log(1.0 + torch.exp(g)))
+        return -self.A_log.float().view(self.heads, 1).exp() * softplus
+
     def forward(self, x: Tensor, conv: Tensor, rec: Tensor, chunked: bool) -> tuple[Tensor, Tensor, Tensor]:
         """x [S, hidden] f32; conv [3·H·K, kernel-1]; rec [H, K, K]."""
         s, h, d = x.shape[0], self.heads, self.head_dim
         mixed = torch.cat([linear(x, self.q_proj), linear(x, self.k_proj), linear(x, self.v_proj)], -1).T  # [C, S]
         window = torch.cat([conv, mixed], dim=1)  # [C, kernel-1+S]
-        out = F.conv1d(window[None], self.conv1d.weight.float(), groups=window.shape[0])[0]  # [C, S]
+        weight = torch.cat([self.q_conv1d.weight, self.k_conv1d.weight, self.v_conv1d.weight]).float()
+        out = F.conv1d(window[None], weight, groups=window.shape[0])[0]  # [C, S]
         conv = window[:, -(self.kernel - 1):]
         q, k, v = F.silu(out).T.split(h * d, dim=-1)
         q, k, v = (t.reshape(s, h, d) for t in (q, k, v))
@@ -177,3 +197,16 @@ class KdaAttention(nn.Module):
         o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + self.o_norm_eps) * self.o_norm.weight.float()
         o = o * torch.sigmoid(gate)
         return linear(o.reshape(s, h * d), self.o_proj), conv, rec
+
+
+def checkpoint_state_dict(transformers_state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """A KimiLinearDeltaAttention's in-memory state dict under the checkpoint names KdaAttention
+    uses (the inverse of transformers' load-time conversion: split `conv1d`, lift `forget_gate.`)."""
+    out = {}
+    for name, t in transformers_state.items():
+        if name == "conv1d.weight":
+            for part, w in zip("qkv", t.chunk(3)):
+                out[f"{part}_conv1d.weight"] = w
+        else:
+            out[name.removeprefix("forget_gate.")] = t
+    return out

@@ -1,4 +1,5 @@
-"""Multi-head latent attention (MLA) made sparse by the DSA indexer, in absorbed form.
+"""Multi-head latent attention (MLA) in absorbed form: `SparseMLA`, made sparse by the DSA indexer
+(deepseek_v32), and `NopeMLA`, dense and without rotary embeddings (kimi_linear).
 
 The cache holds one row per position: [latent (kv_lora_rank) | rotated k_rope (rope_dim)].
 Queries are absorbed into the latent space, so attention is MQA over that single cached head:
@@ -72,3 +73,54 @@ def attention_scale(cfg) -> float:
         m = yarn_mscale(rope["factor"], rope["mscale_all_dim"])
         scale *= m * m
     return scale
+
+
+class NopeMLA(nn.Module):
+    """Dense MLA without rotary embeddings (kimi_linear's full-attention layers), absorbed form.
+
+    Kimi-Linear keeps the shared `qk_rope_head_dim` part of the key but never rotates it, so the
+    cache row is [latent (kv_lora_rank) | k_shared (qk_rope_head_dim)] and a score is
+    q_lat·latent + q_shared·k_shared with q_lat = W_uk[h]ᵀ q_nope, as in SparseMLA minus the rope
+    and the indexer: every visible row takes part. Checkpoint names: q_proj (q_lora_rank None) or
+    q_a_proj / q_a_layernorm / q_b_proj, kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj.
+    """
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.heads = cfg.num_attention_heads
+        self.nope, self.shared, self.v = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
+        self.rank = cfg.kv_lora_rank
+        hidden, bias, q_dim = cfg.hidden_size, cfg.attention_bias, self.heads * (self.nope + self.shared)
+        if cfg.q_lora_rank is None:
+            self.q_proj = nn.Linear(hidden, q_dim, bias=False)
+        else:
+            self.q_a_proj = nn.Linear(hidden, cfg.q_lora_rank, bias=bias)
+            self.q_a_layernorm = RMSNorm(cfg.q_lora_rank, 1e-6)
+            self.q_b_proj = nn.Linear(cfg.q_lora_rank, q_dim, bias=False)
+        self.kv_a_proj_with_mqa = nn.Linear(hidden, self.rank + self.shared, bias=bias)
+        self.kv_a_layernorm = RMSNorm(self.rank, 1e-6)
+        self.kv_b_proj = nn.Linear(self.rank, self.heads * (self.nope + self.v), bias=False)
+        self.o_proj = nn.Linear(self.heads * self.v, hidden, bias=bias)
+        self.scale = (self.nope + self.shared) ** -0.5
+
+    def forward(self, x: Tensor, positions: Tensor, visible: Tensor, kv_cache: Tensor) -> tuple[Tensor, Tensor]:
+        """x [S, hidden] at `positions` [S]; visible [S, T] bool; kv_cache [T, rank + shared].
+        Returns (out [S, hidden], kv_cache) with the new rows written."""
+        s = x.shape[0]
+        if hasattr(self, "q_proj"):
+            q = linear(x, self.q_proj)
+        else:
+            q = linear(self.q_a_layernorm(linear(x, self.q_a_proj)), self.q_b_proj)
+        q = q.view(s, self.heads, self.nope + self.shared)
+        compressed = linear(x, self.kv_a_proj_with_mqa)
+        latent = self.kv_a_layernorm(compressed[:, : self.rank])
+        kv_cache = kv_cache.index_copy(0, positions, torch.cat([latent, compressed[:, self.rank :]], -1))
+
+        w_kv = self.kv_b_proj.weight.float().view(self.heads, self.nope + self.v, self.rank)
+        q_latent = torch.einsum("shn,hnr->shr", q[..., : self.nope], w_kv[:, : self.nope])  # absorb W_uk
+        query = torch.cat([q_latent, q[..., self.nope :]], -1)  # [S, H, rank + shared]
+        scores = torch.einsum("shd,td->sht", query, kv_cache) * self.scale
+        probs = torch.softmax(scores.masked_fill(~visible[:, None, :], float("-inf")), dim=-1)
+        o_latent = torch.einsum("sht,tr->shr", probs, kv_cache[:, : self.rank])
+        o = torch.einsum("shr,hvr->shv", o_latent, w_kv[:, self.nope :])  # apply W_uv
+        return linear(o.reshape(s, self.heads * self.v), self.o_proj), kv_cache

@@ -5,6 +5,8 @@ prompt length, and the expert format ("f32", or MXFP4 via `day0 quantize` in the
 DeepSeek entries avoid indexer ties (models/demo_checkpoint.py); top-k is smaller than the
 prompts, prompts are longer than one DSA tile, and one checkpoint has several shards.
 gpt_oss entries use a sliding window of 8 < the test sequences and clamp-reaching activations.
+kimi_linear entries mix KDA and MLA layers in different orders; their sequences are longer than
+one KDA chunk (64), with prompts that end inside a chunk and one that ends on a chunk boundary.
 """
 
 import json
@@ -22,6 +24,15 @@ _OSS_YARN = dict(intermediate_size=32, num_local_experts=8, num_hidden_layers=4,
                  rope_parameters=dict(rope_type="yarn", rope_theta=150000.0, factor=8.0,
                                       original_max_position_embeddings=32, beta_fast=32.0,
                                       beta_slow=1.0, truncate=False))
+
+_KL_HYBRID = dict(hidden_size=48, num_hidden_layers=4, q_lora_rank=16, n_group=2, topk_group=1,
+                  num_experts_per_tok=3,
+                  linear_attn_config={"head_dim": 8, "num_heads": 4, "short_conv_kernel_size": 4,
+                                      "kda_layers": [1, 2, 3], "full_attn_layers": [4]})
+_KL_MLA_FIRST = dict(hidden_size=64, num_hidden_layers=3, n_shared_experts=2, kv_lora_rank=32,
+                     mlp_layer_types=["sparse", "dense", "sparse"],
+                     linear_attn_config={"head_dim": 16, "num_heads": 4, "short_conv_kernel_size": 3,
+                                         "kda_layers": [2, 3], "full_attn_layers": [1]})
 
 PARITY = {
     # K = 8 < prompt 20, one tile; no tokenizer (tests the --prompt error).
@@ -46,6 +57,11 @@ PARITY = {
                                                  num_hidden_layers=3),
                      seed=2, max_seq_len=48, prompt=12, experts="gpt-oss"),
     "oss-yarn": dict(arch="gpt_oss", config=_OSS_YARN, seed=3, max_seq_len=48, prompt=10, experts="gpt-oss"),
+    # kimi_linear (f32): KDA + MLA, 2 layers; 3:1 with a q LoRA and grouped routing, 4 layers (prompt
+    # of 2 chunks + 2); MLA first, conv kernel 3, two shared experts (prompt of exactly one chunk).
+    "kl-base": dict(arch="kimi_linear", config={}, seed=1, max_seq_len=96, prompt=70),
+    "kl-hybrid": dict(arch="kimi_linear", config=_KL_HYBRID, seed=2, max_seq_len=160, prompt=130),
+    "kl-mla-first": dict(arch="kimi_linear", config=_KL_MLA_FIRST, seed=3, max_seq_len=96, prompt=64),
 }
 
 
@@ -59,6 +75,10 @@ def write_checkpoint(root: Path, name: str) -> Path:
         from day0.models.gpt_oss_checkpoint import write_tiny_gpt_oss_checkpoint
 
         return write_tiny_gpt_oss_checkpoint(path, spec["config"], spec["seed"], mxfp4=True)
+    if spec["arch"] == "kimi_linear":
+        from day0.models.kimi_linear_checkpoint import write_tiny_kimi_linear_checkpoint
+
+        return write_tiny_kimi_linear_checkpoint(path, spec["config"], spec["seed"])
     from day0.models.demo_checkpoint import tiny_deepseek_v32_config, write_tiny_checkpoint
     from day0.models.quantize import quantize_checkpoint
 
@@ -80,6 +100,10 @@ def load_reference(root: Path, name: str):
         return GptOssForCausalLM.from_pretrained(
             path, dtype=torch.float32, attn_implementation="eager", experts_implementation="eager",
             quantization_config=Mxfp4Config(dequantize=True)).eval()
+    if spec["arch"] == "kimi_linear":
+        from transformers import KimiLinearForCausalLM
+
+        return KimiLinearForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
     from transformers import DeepseekV32ForCausalLM
 
     if "quantization_config" in json.loads((path / "config.json").read_text()):
