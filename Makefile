@@ -32,7 +32,7 @@ bench: install
 	$(VPY) -m day0.tools.bench_memory --workdir .cache/bench-memory
 
 # The GPU benchmark package: compiled here, run on a GPU host with PyTorch and no IREE compiler
-# (HOST_PY: the host's Python, for the runtime wheel). Then: sh $(BENCH_GPU)/run.sh on the host,
+# (HOST_PY: the host's Python, for the runtime and transformers wheels; the e2e piece's oracle). Then: sh $(BENCH_GPU)/run.sh on the host,
 # bring results.json back, `make bench-gpu-plot RESULTS=results.json`.
 BENCH_GPU ?= .cache/bench-gpu
 HOST_PY   ?= 3.12
@@ -40,6 +40,10 @@ bench-gpu: install
 	$(VPY) -m day0.tools.bench_gpu package $(BENCH_GPU)
 	$(VPY) -m pip download -q --no-deps --only-binary=:all: --python-version $(HOST_PY) --implementation cp \
 		--platform manylinux_2_28_x86_64 -d $(BENCH_GPU)/wheels iree-base-runtime==3.13.0
+	$(VPY) -m pip download -q --only-binary=:all: --python-version $(HOST_PY) --implementation cp \
+		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+		--platform any -d $(BENCH_GPU)/wheels transformers==5.23.0
+	rm -f $(BENCH_GPU)/wheels/numpy-*.whl  # the host's own numpy (its torch was built against it)
 	@echo "bench-gpu: copy $(BENCH_GPU) to the GPU host and run: sh run.sh (writes results.json)"
 
 RESULTS ?= $(BENCH_GPU)/results.json

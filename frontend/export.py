@@ -23,28 +23,29 @@ PARAMETER_OP = "torch.day0.parameter"
 
 
 class _Prefill(nn.Module):
+    """Every entry point also returns the greedy next token after its last position (argmax on
+    the device, lowest id on ties, as runtime.sampling.greedy): greedy generation reads back 8
+    bytes per call instead of the logits ([S, V] after a prompt)."""
+
+    first_turn = False
+
     def __init__(self, lm):
         super().__init__()
         self.lm = lm
 
     def forward(self, ids, start, *state):
-        return self.lm.step(ids, start, *state)
+        logits, *state = self.lm.step(ids, start, *state, **({"first_turn": True} if self.first_turn else {}))
+        return (logits, logits[-1].argmax(-1, keepdim=True), *state)
 
 
 class _Decode(_Prefill):
-    """One token; also returns its greedy next token (argmax on the device, lowest id on ties,
-    as runtime.sampling.greedy) so greedy generation reads back 8 bytes instead of the logits."""
-
-    def forward(self, ids, start, *state):
-        logits, *state = self.lm.step(ids, start, *state)
-        return (logits, logits[-1].argmax(-1, keepdim=True), *state)
+    """One token (S = 1)."""
 
 
 class _PrefillFirst(_Prefill):
     """The first turn of a sequence (start == 0): the model may restrict keys to the prompt."""
 
-    def forward(self, ids, start, *state):
-        return self.lm.step(ids, start, *state, first_turn=True)
+    first_turn = True
 
 
 class _ParametersAsOps(FxImporterHooks):

@@ -118,9 +118,14 @@ def mxfp4_moe(x: Tensor, packed: Tensor, scales: Tensor, experts: Tensor) -> Ten
 
     x f32 [T, K]; packed u8 [E, N, K/2]; scales u8 [E, N, K/32]; experts i64 [T, k]
     returns f32 [T, k, N] with out[t, j] = W[experts[t, j]] · x[t].
+    Eagerly each used expert is dequantized once and applied to all its (token, slot) rows, so
+    a long prompt costs E dequantized matrices, not T·k of them.
     """
-    w = mxfp4_dequantize(packed[experts], scales[experts])  # [T, k, N, K]
-    return torch.einsum("tk,tjnk->tjn", x, w)
+    out = x.new_zeros(x.shape[0], experts.shape[1], packed.shape[1])
+    for e in torch.unique(experts).tolist():
+        t, j = (experts == e).nonzero(as_tuple=True)
+        out[t, j] = x[t] @ mxfp4_dequantize(packed[e], scales[e]).T
+    return out
 
 
 @mxfp4_moe.register_fake

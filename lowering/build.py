@@ -21,13 +21,14 @@ STAGES = ("read", "export", "passes", "compile", "publish")
 DEFAULT_MAX_SEQ_LEN = 4096
 
 
+NEXT = "next[1] int64 (argmax of the last row, lowest id on ties)"
 ENTRY_POINTS = {
     "prefill": {"inputs": ["ids[S] int64", "start[1] int64", "*state"],
-                "outputs": ["logits[S,V] float32", "*state"], "min_len": 2},
+                "outputs": ["logits[S,V] float32", NEXT, "*state"], "min_len": 2},
     "decode": {"inputs": ["token[1] int64", "pos[1] int64", "*state"],
-               "outputs": ["logits[1,V] float32", "next[1] int64 (argmax, lowest id on ties)", "*state"]},
+               "outputs": ["logits[1,V] float32", NEXT, "*state"]},
     "prefill_first": {"inputs": ["ids[S] int64", "start[1] int64 (must be 0)", "*state"],
-                      "outputs": ["logits[S,V] float32", "*state"], "min_len": 2},
+                      "outputs": ["logits[S,V] float32", NEXT, "*state"], "min_len": 2},
 }
 
 

@@ -3,6 +3,7 @@
     s = Session.load(artifact_dir, device="local-task")
     s.prefill(ids)   -> np.float32 [len(ids), vocab]   (appends to the sequence)
     s.decode(token)  -> np.float32 [vocab]             (appends one token)
+    s.prefill_greedy(ids) / s.decode_greedy(token) -> int  (the greedy next token, chosen on the device)
     s.generate(ids, max_new_tokens=32, temperature=0.0, top_k=0, top_p=1.0, seed=None) -> list[int]
     s.reset()        -> empty state, same weights
 
@@ -30,13 +31,14 @@ class Session:
         self.vocab_size: int = manifest["vocab_size"]
         eos = manifest.get("eos_token_id")
         self.eos_token_ids = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
-        self._prefill, self._decode = vm.function("prefill"), vm.function("decode")
-        # decode's outputs after the logits: the greedy next token (artifacts since it was added)
-        outputs = manifest["entry_points"]["decode"]["outputs"]
-        self._decode_extra = sum(1 for o in outputs if o.startswith("next["))
+        entries = manifest["entry_points"]
         # the first turn (position 0) may have a form that scores only the prompt's own keys
-        self._prefill_first = (vm.function("prefill_first") if "prefill_first" in manifest["entry_points"]
-                               else self._prefill)
+        first = "prefill_first" if "prefill_first" in entries else "prefill"
+        # (function, how many outputs sit between the logits and the state: the greedy next token,
+        # in artifacts since it was added)
+        self._prefill, self._decode, self._prefill_first = (
+            (vm.function(name), sum(1 for o in entries[name]["outputs"] if o.startswith("next[")))
+            for name in ("prefill", "decode", first))
         self.reset()
 
     @classmethod
@@ -86,21 +88,31 @@ class Session:
                                f"max_seq_len {self.max_seq_len} (compile with a larger --max-seq-len)")
         return arr.astype(np.int64)
 
-    def _run(self, fn, ids: np.ndarray):
-        """Run fn; returns the device logits (and stores the state). After decode, the greedy next
+    def _run(self, entry, ids: np.ndarray):
+        """Run an entry point; returns the device logits (and stores the state). The greedy next
         token stays on the device in self._next (None when the artifact has none)."""
+        fn, extra = entry
         out = fn(ids, np.array([self._pos], dtype=np.int64), *self._state)
-        extra = self._decode_extra if fn is self._decode else 0
         logits, self._next = out[0], (out[1] if extra else None)
         self._state = list(out[1 + extra:])
         self._pos += ids.size
         return logits
 
+    def _run_prompt(self, ids: np.ndarray):
+        if ids.size == 1:  # prefill is exported for S >= 2; one token is a decode step
+            return self._run(self._decode, ids)
+        return self._run(self._prefill_first if self._pos == 0 else self._prefill, ids)
+
     def prefill(self, ids) -> np.ndarray:
         ids = self._check_ids(ids)
-        if ids.size == 1:  # prefill is exported for S >= 2; one token is a decode step
-            return _host_copy(self._run(self._decode, ids)).reshape(1, -1)
-        return _host_copy(self._run(self._prefill_first if self._pos == 0 else self._prefill, ids))
+        return _host_copy(self._run_prompt(ids)).reshape(ids.size, -1)
+
+    def _greedy_next(self, logits) -> int:
+        """The greedy token after the last call: its id read back alone when the artifact chose
+        it on the device, else the argmax of the logits' last row."""
+        if self._next is None:
+            return greedy(_host_copy(logits)[-1].reshape(-1))
+        return int(np.asarray(self._next.to_host()).reshape(-1)[0])
 
     def decode(self, token: int) -> np.ndarray:
         ids = self._check_ids([token])
@@ -109,11 +121,12 @@ class Session:
     def decode_greedy(self, token: int) -> int:
         """Append one token; return the greedy next token, reading back only its id when the
         artifact computes it on the device (else the argmax of the logits)."""
-        ids = self._check_ids([token])
-        logits = self._run(self._decode, ids)
-        if self._next is None:
-            return greedy(_host_copy(logits).reshape(-1))
-        return int(np.asarray(self._next.to_host()).reshape(-1)[0])
+        return self._greedy_next(self._run(self._decode, self._check_ids([token])))
+
+    def prefill_greedy(self, ids) -> int:
+        """Append ids; return the greedy next token (only its id is read back: the time to first
+        token of greedy generation does not include copying [len(ids), vocab] logits)."""
+        return self._greedy_next(self._run_prompt(self._check_ids(ids)))
 
     def generate(self, ids, max_new_tokens: int = 32, temperature: float = 0.0, top_k: int = 0,
                  top_p: float = 1.0, seed: int | None = None, stop_at_eos: bool = True) -> list[int]:
@@ -126,9 +139,11 @@ class Session:
             raise SessionError(f"prompt ({ids.size} tokens, {self._pos} already in the sequence) + "
                                f"max_new_tokens {max_new_tokens} exceeds max_seq_len {self.max_seq_len}")
         rng = make_rng(seed)
-        logits = self.prefill(ids)[-1]
         is_greedy = temperature == 0 or top_k == 1
-        token = sample(logits, temperature, top_k, top_p, rng)
+        if is_greedy:
+            token = self.prefill_greedy(ids)
+        else:
+            token = sample(self.prefill(ids)[-1], temperature, top_k, top_p, rng)
         out: list[int] = []
         for i in range(max_new_tokens):
             out.append(token)

@@ -14,7 +14,7 @@ def test_bench_gpu_package_runs_from_its_own_sources(tmp_path):
     from day0.tools import bench_gpu
 
     pkg = tmp_path / "bench-gpu"
-    bench_gpu.package(pkg, "tiny", "llvm-cpu")
+    bench_gpu.package(pkg, "tiny", "llvm-cpu", cache=tmp_path / "ckpt-cache")
     spec = json.loads((pkg / "bench.json").read_text())
     assert set(spec["vmfbs"]) == {"moe_r1", "moe_r3", "dsa_256_r1", "dsa_256_r3"}
     # run with only the shipped day0 sources on the path (as on the GPU host)
@@ -26,9 +26,20 @@ def test_bench_gpu_package_runs_from_its_own_sources(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     assert "limit/day0" in p.stdout  # the table is printed last
     results = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
-    moe, dsa = results
+    moe, dsa, e2e = results
     assert moe["piece"] == "moe" and dsa["piece"] == "dsa" and dsa["context"] == 256
     assert moe["day0_rel_err"] < 1e-5  # f32 throughout
     assert dsa["day0_rel_err"] < 2e-2  # bf16 caches and output
-    for r in results:
+    for r in (moe, dsa):
         assert r["limit_us"] > 0 and r["day0_call_us"] > 0
+    # end to end: the compiled artifact and transformers against day0's eager model, same weights
+    assert e2e["piece"] == "e2e" and [r["context"] for r in e2e["rows"]] == spec["e2e"]["contexts"]
+    for row in e2e["rows"]:
+        ours, theirs = row["day0_vs_eager"], row["transformers_vs_eager"]
+        assert ours["prompt_max_rel_err"] < 1e-4 and ours["decode_max_rel_err"] < 1e-4  # f32 both
+        # transformers in f32 here: the same weights reach it (bf16 on the GPU)
+        assert theirs["prompt_max_rel_err"] < 1e-4 and theirs["decode_max_rel_err"] < 1e-4
+        assert ours["same_greedy_prompt_rows"] == 1.0
+        assert min(row[f"{who}_{what}_ms"] for who in ("day0", "eager", "transformers")
+                   for what in ("ttft", "decode")) > 0
+    assert "transf./day0" in p.stdout

@@ -60,20 +60,22 @@ def test_compiled_matches_transformers(name, reference, artifact):
 
 
 @pytest.mark.parametrize("name", ["ds-sparse", "oss-base"])
-def test_decode_greedy_is_the_argmax_of_the_decode_logits(name, reference, artifact):
-    """The token decode computes on the device (all greedy generation reads back) equals
-    runtime.sampling.greedy of the logits, step by step, teacher-forced."""
+def test_greedy_token_is_the_argmax_of_the_logits(name, reference, artifact):
+    """The token every entry point computes on the device (all greedy generation reads back)
+    equals runtime.sampling.greedy of its logits' last row, teacher-forced: after the first-turn
+    prefill, each decode step, and a second-turn prefill."""
     from day0.runtime.sampling import greedy
     from day0.runtime.session import Session
 
     _, ids, _ = _expected(reference, name)
-    p = PARITY[name]["prompt"]
+    p, ids = PARITY[name]["prompt"], ids.numpy()
     by_logits, on_device = Session.load(artifact(name)), Session.load(artifact(name))
-    assert on_device._decode_extra == 1  # the artifact computes it
-    by_logits.prefill(ids[:p].numpy())
-    on_device.prefill(ids[:p].numpy())
-    for t in ids[p : p + DECODE_STEPS]:
+    assert on_device._decode[1] == on_device._prefill[1] == on_device._prefill_first[1] == 1
+    assert on_device.prefill_greedy(ids[:p]) == greedy(by_logits.prefill(ids[:p])[-1])
+    for t in ids[p : p + DECODE_STEPS - 4]:
         assert on_device.decode_greedy(int(t)) == greedy(by_logits.decode(int(t)))
+    turn = ids[p + DECODE_STEPS - 4 : p + DECODE_STEPS]
+    assert on_device.prefill_greedy(turn) == greedy(by_logits.prefill(turn)[-1])
 
 
 @pytest.mark.parametrize("name", CONFIGS)

@@ -139,8 +139,13 @@ def _compile(module, args, pipeline: str, target: str, out: Path) -> None:
     compile_mlir(text, target, out, repro_dir=out.parent / f"{out.stem}.repro")
 
 
-def package(out: Path, config: str, target: str) -> None:
+PIECES = ("moe", "dsa", "e2e")
+
+
+def package(out: Path, config: str, target: str, pieces=PIECES, cache: Path = Path(".cache/bench-gpu-ckpt")) -> None:
     import torch
+
+    from day0.tools import bench_e2e
 
     from day0.passes.pipelines import RADIX_MIN_ROW, dsa_tile, kept_ops
 
@@ -153,21 +158,22 @@ def package(out: Path, config: str, target: str) -> None:
     entries = {}
     big = lambda ts: [t if t.numel() < 2**20 else torch.empty_like(t) for t in ts]  # noqa: E731 (shapes only)
     moe_args = big(_moe_inputs(cfg["moe"], "cpu", gen))
-    for r in (1, cfg["reps"]):
+    for r in (1, cfg["reps"]) if "moe" in pieces else ():
         name = f"moe_r{r}"
         _compile(moe_steps(r), moe_args, f"builtin.module({mxfp4})", target, out / f"{name}.vmfb")
         entries[name] = {"piece": "moe", "reps": r}
     d = cfg["dsa"]
     dsa = "dsa-to-cuda-kernel" if target == "cuda-sm90" else f"dsa-to-gather-tiles{{tile={dsa_tile(d['top_k'])}}}"
-    for T in d["contexts"]:
+    for T in d["contexts"] if "dsa" in pieces else ():
         args = big(_dsa_inputs(d, T, "cpu", gen))
         for r in (1, cfg["reps"]):
             name = f"dsa_{T}_r{r}"
             steps = dsa_steps(r, d["top_k"], d["latent"], d["index_heads"], d["index_dim"])
             _compile(steps, args, f"builtin.module({index}{topk}topk-to-linalg-ext,{dsa})", target, out / f"{name}.vmfb")
             entries[name] = {"piece": "dsa", "context": T, "reps": r}
-    (out / "bench.json").write_text(json.dumps({"config": config, "target": target, "seed": SEED,
-                                                "shapes": cfg, "vmfbs": entries}, indent=2))
+    e2e = bench_e2e.package(out, config, target, cache) if "e2e" in pieces else None
+    (out / "bench.json").write_text(json.dumps({"config": config, "target": target, "seed": SEED, "shapes": cfg,
+                                                "pieces": list(pieces), "vmfbs": entries, "e2e": e2e}, indent=2))
     src = Path(__file__).resolve().parent.parent
     for rel in _SHIPPED:
         dst = out / "day0" / rel
@@ -361,21 +367,28 @@ def run_dsa(pkg: Path, spec: dict, T: int, dev: str, device: str, bw: float) -> 
     return res
 
 
-def run(pkg: Path, device: str, json_out: Path | None) -> list[dict]:
+def run(pkg: Path, device: str, json_out: Path | None, pieces=PIECES) -> list[dict]:
     import torch
 
+    from day0.tools import bench_e2e
+
     spec = json.loads((pkg / "bench.json").read_text())
+    pieces = [p for p in pieces if p in spec.get("pieces", ("moe", "dsa"))]
     dev = "cuda" if device.startswith("cuda") else "cpu"
     bw = copy_bandwidth(dev)
     results = [{"piece": "bandwidth", "copy_GBps": bw / 1e9,
                 "device": torch.cuda.get_device_name() if dev == "cuda" else "cpu"}]
-    results.append(run_moe(pkg, spec, dev, device, bw))
-    print(json.dumps(results[-1]), flush=True)
-    for T in spec["shapes"]["dsa"]["contexts"]:
+    if "moe" in pieces:
+        results.append(run_moe(pkg, spec, dev, device, bw))
+        print(json.dumps(results[-1]), flush=True)
+    for T in spec["shapes"]["dsa"]["contexts"] if "dsa" in pieces else ():
         results.append(run_dsa(pkg, spec, T, dev, device, bw))
         print(json.dumps(results[-1]), flush=True)
         if dev == "cuda":
             torch.cuda.empty_cache()
+    if "e2e" in pieces:
+        results.append(bench_e2e.run(pkg, spec, device))
+        print(json.dumps(results[-1]), flush=True)
     print(table(results))
     if json_out:
         json_out.write_text(json.dumps(results, indent=2))
@@ -383,11 +396,15 @@ def run(pkg: Path, device: str, json_out: Path | None) -> list[dict]:
 
 
 def table(results: list[dict]) -> str:
+    from day0.tools import bench_e2e
+
     bw = results[0]
     lines = [f"device {bw['device']}, copy bandwidth {bw['copy_GBps']:.0f} GB/s (read + write)",
              f"{'piece':<14}{'day0 step µs':>14}{'day0 call µs':>14}{'torch A µs':>12}{'torch B µs':>12}"
              f"{'limit µs':>10}{'limit/day0':>11}{'A/day0':>8}"]
     for r in results[1:]:
+        if r["piece"] == "e2e":
+            continue
         if r["piece"] == "moe":
             name, a, b = "moe", r["torch_bf16_us"], r["torch_dequant_us"]
         else:
@@ -399,6 +416,7 @@ def table(results: list[dict]) -> str:
                      f"{r['limit_us']:>10.1f}{r['limit_us'] / s:>11.2f}{a / s:>8.2f}")
     lines.append("torch A: moe = bf16 pre-dequantized, dsa = eager sparse; torch B: moe = dequantize per "
                  "call, dsa = dense MQA over all keys")
+    lines += [bench_e2e.table(r) for r in results if r["piece"] == "e2e"]
     return "\n".join(lines)
 
 
@@ -446,6 +464,14 @@ def plot(results_path: Path, out_dir: Path) -> list[Path]:
     return written
 
 
+def _pieces(text: str) -> tuple[str, ...]:
+    got = tuple(p for p in text.split(",") if p)
+    bad = [p for p in got if p not in PIECES]
+    if bad or not got:
+        raise SystemExit(f"--pieces: unknown {bad} (choose from {', '.join(PIECES)})")
+    return got
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="day0-bench-gpu")
     p.add_argument("mode", choices=["package", "run", "plot"])
@@ -455,11 +481,12 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cuda")
     p.add_argument("--json", default=None)
     p.add_argument("--out", default="docs")
+    p.add_argument("--pieces", default=",".join(PIECES), help="comma-separated subset of " + ",".join(PIECES))
     a = p.parse_args(argv)
     if a.mode == "package":
-        package(Path(a.path), a.config, a.target)
+        package(Path(a.path), a.config, a.target, _pieces(a.pieces))
     elif a.mode == "run":
-        run(Path(a.path), a.device, Path(a.json) if a.json else Path(a.path) / "results.json")
+        run(Path(a.path), a.device, Path(a.json) if a.json else Path(a.path) / "results.json", _pieces(a.pieces))
     else:
         for f in plot(Path(a.path), Path(a.out)):
             print(f"wrote {f}")

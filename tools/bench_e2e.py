@@ -1,0 +1,269 @@
+"""End-to-end decode and time to first token of PERF.md's benchmark `deepseek_v32` model (4.9B
+parameters, MXFP4 routed experts): the compiled artifact vs transformers eager (bf16) vs day0's own
+model run eagerly in PyTorch, on one device, on the same weights. Part of `make bench-gpu`.
+
+package (compile machine): writes the seeded checkpoint (tools/bench_checkpoint.py), compiles it
+for the target and puts the artifact directory into the benchmark package.
+run (GPU host): writes the same checkpoint from the same seed beside the package, then for each
+context C (a random prompt of C tokens):
+  TTFT    the prompt's prefill up to the greedy first token in host memory (day0: `prefill_greedy`,
+          only the token id is read back; eager: forward + argmax + synchronize), median of 3;
+  decode  ms per greedy token over DECODE_STEPS steps after the prompt (median step);
+  check   teacher-forced logits against day0's eager model: every prompt row, then CHECK_STEPS
+          decode steps. On a long prompt a few rows may differ by O(1): the indexer's top-k meets
+          near-ties that the two float orders break differently, and a changed selection can
+          change a MoE routing downstream (measured in docs/perf.md); so the report gives the
+          fraction of prompt rows within 1e-3 and the worst decode step, not one max.
+transformers runs on weights dequantized from the same MXFP4 bytes (exact in bf16), its dense
+weights the same bf16 values; day0's eager model reads the checkpoint itself.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+DECODE_STEPS = 16
+CHECK_STEPS = 8
+SETTINGS = {  # per benchmark config: the checkpoint config, contexts, the artifact's max_seq_len,
+    # transformers' dtype (bf16 as benchmarked; f32 in the CPU test, where it must match tightly:
+    # in bf16 a router near-tie flips an expert choice and the rows part by O(0.1))
+    "full": {"checkpoint": "e2e", "contexts": [1024, 4096], "max_seq_len": 4096 + 128,
+             "transformers_dtype": "bfloat16"},
+    "tiny": {"checkpoint": "tiny", "contexts": [24, 40], "max_seq_len": 64, "transformers_dtype": "float32"},
+}
+SEED = 0
+# day0 sources the e2e run needs on the host (the eager model and the runtime; no compiler)
+SHIPPED_DIRS = ["models", "runtime"]
+SHIPPED = ["frontend/__init__.py", "frontend/ops.py", "tools/bench_checkpoint.py", "tools/bench_e2e.py"]
+
+
+def package(out: Path, config: str, target: str, cache: Path) -> dict:
+    """Compile the benchmark checkpoint (written once under `cache`) into out/e2e/artifact."""
+    from day0.lowering.build import BuildOptions, compile_checkpoint
+    from day0.tools import bench_checkpoint
+
+    s = SETTINGS[config]
+    ckpt = bench_checkpoint.write(cache / f"ckpt-{s['checkpoint']}-{SEED}", s["checkpoint"], SEED)
+    art = out / "e2e" / "artifact"
+    if art.exists():
+        shutil.rmtree(art)
+    compile_checkpoint(ckpt, art, BuildOptions(target=target, max_seq_len=s["max_seq_len"]))
+    src = Path(__file__).resolve().parent.parent
+    for d in SHIPPED_DIRS:
+        shutil.copytree(src / d, out / "day0" / d, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    for rel in SHIPPED:
+        (out / "day0" / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src / rel, out / "day0" / rel)
+    return {"checkpoint": s["checkpoint"], "seed": SEED, **s}
+
+
+# ---------------------------------------------------------------------------------------------
+# run (GPU host)
+
+
+def _sync(dev: str) -> None:
+    import torch
+
+    if dev == "cuda":
+        torch.cuda.synchronize()
+
+
+def _median(xs) -> float:
+    import numpy as np
+
+    return float(np.median(xs))
+
+
+def _time_day0(art: Path, ckpt: Path, device: str, prompts: dict[int, list[int]], forced: list[int]) -> dict:
+    import numpy as np
+
+    from day0.runtime.session import Session
+
+    s = Session.load(art, device=device, verify=False, checkpoint_dir=ckpt)
+    out = {}
+    for c, ids in prompts.items():
+        ttft = []
+        for _ in range(3):
+            s.reset()
+            t0 = time.perf_counter()
+            tok = s.prefill_greedy(ids)
+            ttft.append(time.perf_counter() - t0)
+        steps_t = []
+        for _ in range(DECODE_STEPS):
+            t0 = time.perf_counter()
+            tok = s.decode_greedy(tok)
+            steps_t.append(time.perf_counter() - t0)
+        s.reset()
+        logits = s.prefill(ids)
+        steps = np.stack([s.decode(t) for t in forced])
+        out[c] = {"ttft_ms": 1e3 * _median(ttft), "decode_ms": 1e3 * _median(steps_t), "logits": logits,
+                  "steps": steps}
+    out["state_bytes"] = s.state_bytes()
+    return out
+
+
+def _time_eager(step, dev: str, prompts: dict[int, list[int]], forced: list[int]) -> dict:
+    """step(ids [S] tensor, prompt: bool) -> logits [S, V]; it owns its state (reset on prompt)."""
+    import numpy as np
+    import torch
+
+    out = {}
+    for c, ids in prompts.items():
+        ids = torch.tensor(ids, device=dev)
+        ttft = []
+        for _ in range(3):
+            _sync(dev)
+            t0 = time.perf_counter()
+            tok = step(ids, True)[-1].argmax(-1, keepdim=True)
+            int(tok)  # the token reaches the host
+            ttft.append(time.perf_counter() - t0)
+        logits = step(ids, True).float().cpu().numpy()
+        checks = np.stack([step(torch.tensor([t], device=dev), False)[-1].float().cpu().numpy() for t in forced])
+        step(ids, True)
+        tok = torch.tensor([int(logits[-1].argmax())], device=dev)
+        steps = []
+        for _ in range(DECODE_STEPS):
+            _sync(dev)
+            t0 = time.perf_counter()
+            tok = step(tok, False)[-1].argmax(-1, keepdim=True)
+            int(tok)
+            steps.append(time.perf_counter() - t0)
+        out[c] = {"ttft_ms": 1e3 * _median(ttft), "decode_ms": 1e3 * _median(steps), "logits": logits,
+                  "steps": checks}
+    return out
+
+
+def _day0_eager(ckpt: Path, max_seq_len: int, dev: str):
+    import torch
+
+    from day0.models.registry import build_eager
+
+    model = build_eager(ckpt, max_seq_len).to(dev)
+    box = {}
+
+    @torch.no_grad()
+    def step(ids, prompt: bool):
+        with torch.device(dev):
+            if prompt:
+                box["pos"], box["state"] = 0, [t.to(dev) for t in model.empty_state()]
+            start = torch.tensor([box["pos"]], device=dev)
+            logits, *box["state"] = model.step(ids, start, *box["state"], first_turn=prompt)
+            box["pos"] += ids.shape[0]
+            return logits
+
+    return model, step
+
+
+def _transformers_eager(model, raw: dict, dev: str, dtype: str):
+    """transformers' DeepseekV32ForCausalLM in `dtype` with the weights of day0's eager model
+    (MXFP4 experts dequantized: exact in bf16)."""
+    import torch
+    import transformers
+
+    from day0.frontend.ops import mxfp4_dequantize
+
+    fields = {k: v for k, v in raw.items() if k not in ("model_type", "quantization_config")}
+    cfg = transformers.DeepseekV32Config(**fields)
+    with torch.device(dev):  # built on the device in its dtype (no f32 copy of 4.9B on the host)
+        ref = transformers.DeepseekV32ForCausalLM._from_config(cfg, attn_implementation="eager",
+                                                               dtype=getattr(torch, dtype))
+    ref = ref.eval()
+    want = ref.state_dict()
+    ours = dict(model.named_parameters())
+    state = {}
+    for name, t in want.items():
+        if name in ours:
+            state[name] = ours[name].to(t.dtype)
+        elif name.endswith("mlp.experts.gate_up_proj") or name.endswith("mlp.experts.down_proj"):
+            experts = model.get_submodule(name.rsplit(".", 1)[0])
+            gate_up, down = experts.stacked()
+            packed, scales = gate_up if name.endswith("gate_up_proj") else down
+            state[name] = torch.stack([mxfp4_dequantize(p, s) for p, s in zip(packed, scales)]).to(t.dtype)
+        else:
+            raise KeyError(f"transformers tensor {name} has no day0 counterpart")
+    ref.load_state_dict(state, strict=True)
+    del state
+    box = {}
+
+    @torch.no_grad()
+    def step(ids, prompt: bool):
+        if prompt:
+            box["cache"] = transformers.DynamicCache(config=cfg)
+        out = ref(ids[None], past_key_values=box["cache"], use_cache=True)
+        return out.logits[0]
+
+    return ref, step
+
+
+def _compare(got: dict, want: dict) -> dict:
+    """Teacher-forced agreement of `got` with `want` (day0's eager model): per prompt row and per
+    checked decode step, max |Δ| ÷ max |want| of the row."""
+    import numpy as np
+
+    def rows(a, b):
+        a, b = a.astype(np.float64), b.astype(np.float64)
+        return np.abs(a - b).max(1) / np.maximum(np.abs(b).max(1), 1e-30)
+
+    prompt = rows(got["logits"], want["logits"])
+    return {"prompt_rows_within_1e-3": float((prompt < 1e-3).mean()), "prompt_max_rel_err": float(prompt.max()),
+            "decode_max_rel_err": float(rows(got["steps"], want["steps"]).max()),
+            "same_greedy_prompt_rows": float((got["logits"].argmax(1) == want["logits"].argmax(1)).mean())}
+
+
+def run(pkg: Path, spec: dict, device: str) -> dict:
+    """The e2e rows of the benchmark (see the module docstring)."""
+    import numpy as np
+    import torch
+
+    from day0.tools import bench_checkpoint
+
+    e = spec["e2e"]
+    dev = "cuda" if device.startswith("cuda") else "cpu"
+    ckpt = bench_checkpoint.write(pkg / f"ckpt-{e['checkpoint']}-{e['seed']}", e["checkpoint"], e["seed"])
+    raw = json.loads((ckpt / "config.json").read_text())
+    rng = np.random.default_rng(e["seed"])
+    prompts = {c: rng.integers(0, raw["vocab_size"], c).tolist() for c in e["contexts"]}
+    forced = rng.integers(0, raw["vocab_size"], CHECK_STEPS).tolist()
+    res = {"piece": "e2e", "contexts": e["contexts"], "max_seq_len": e["max_seq_len"],
+           "transformers_dtype": e["transformers_dtype"],
+           "decode_steps": DECODE_STEPS}
+    day0 = _time_day0(pkg / "e2e" / "artifact", ckpt, device, prompts, forced)
+    res["state_bytes"] = day0.pop("state_bytes")
+    model, step = _day0_eager(ckpt, e["max_seq_len"], dev)
+    ours = _time_eager(step, dev, prompts, forced)
+    ref, ref_step = _transformers_eager(model, raw, dev, e["transformers_dtype"])
+    del step
+    theirs = _time_eager(ref_step, dev, prompts, forced)
+    rows = []
+    for c in e["contexts"]:
+        rows.append({"context": c,
+                     **{f"day0_{k}": day0[c][k] for k in ("ttft_ms", "decode_ms")},
+                     **{f"eager_{k}": ours[c][k] for k in ("ttft_ms", "decode_ms")},
+                     **{f"transformers_{k}": theirs[c][k] for k in ("ttft_ms", "decode_ms")},
+                     "day0_vs_eager": _compare(day0[c], ours[c]),
+                     "transformers_vs_eager": _compare(theirs[c], ours[c])})
+    res["rows"] = rows
+    del ref, model
+    if dev == "cuda":
+        torch.cuda.empty_cache()
+    return res
+
+
+def table(r: dict) -> str:
+    lines = [f"{'e2e ctx':<10}{'day0 ms/tok':>12}{'eager':>9}{'transf.':>9}{'day0 TTFT ms':>14}"
+             f"{'eager':>9}{'transf.':>9}{'transf./day0':>13}{'dec err':>10}{'rows ok':>9}"]
+    for row in r["rows"]:
+        lines.append(f"{row['context']:<10}{row['day0_decode_ms']:>12.2f}{row['eager_decode_ms']:>9.2f}"
+                     f"{row['transformers_decode_ms']:>9.2f}{row['day0_ttft_ms']:>14.1f}{row['eager_ttft_ms']:>9.1f}"
+                     f"{row['transformers_ttft_ms']:>9.1f}"
+                     f"{row['transformers_decode_ms'] / row['day0_decode_ms']:>13.1f}"
+                     f"{row['day0_vs_eager']['decode_max_rel_err']:>10.1e}"
+                     f"{row['day0_vs_eager']['prompt_rows_within_1e-3']:>9.3f}")
+    lines.append("e2e: greedy decode ms per token and time to first token; eager = day0's model in PyTorch "
+                 f"(f32 math), transf. = transformers eager ({r['transformers_dtype']}); dec err: day0 vs eager, "
+                 "worst teacher-forced decode step; rows ok: fraction of prompt rows within 1e-3 of eager")
+    return "\n".join(lines)
