@@ -6,6 +6,7 @@
     s.prefill_greedy(ids) / s.decode_greedy(token) -> int  (the greedy next token, chosen on the device)
     s.generate(ids, max_new_tokens=32, temperature=0.0, top_k=0, top_p=1.0, seed=None) -> list[int]
     s.reset()        -> empty state, same weights
+    s.save_state(path) / s.load_state(path)            (the sequence so far, on disk)
 
 The state (per layer MLA latent cache and indexer key cache) stays on the device: each call passes
 the previous call's returned buffers back in, and IREE updates them in place. One decode step is
@@ -66,6 +67,23 @@ class Session:
         self._next = None
         self._state = [self._vm.to_device(np.zeros(s["shape"], dtype=s["dtype"]))
                        for s in self.manifest["state"]]
+
+    def save_state(self, path) -> Path:
+        """Write the sequence so far (position + every state tensor) to `path` (.npz); a later
+        `load_state` on a Session of an artifact of the same model continues it exactly."""
+        from day0.runtime import state_file
+
+        return state_file.write(path, self.manifest, self._pos, [_host_copy(b) for b in self._state])
+
+    def load_state(self, path) -> None:
+        """Replace the state with one `save_state` wrote; refused (StateFileError naming the first
+        difference) when it was saved by an artifact of another architecture, config or
+        max_seq_len."""
+        from day0.runtime import state_file
+
+        position, arrays = state_file.read(path, self.manifest)
+        self._state = [self._vm.to_device(a) for a in arrays]
+        self._pos, self._next = position, None
 
     def state_bytes(self) -> dict[str, int]:
         """Bytes of device state per kind (e.g. mla_latent, indexer_keys)."""

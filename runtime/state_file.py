@@ -1,0 +1,96 @@
+"""A sequence's state on disk: what `Session.save_state` writes and `Session.load_state` reads.
+
+One `.npz` (numpy's zip of .npy arrays; no pickle) holding every state tensor under its manifest
+name (e.g. `kv_cache.0`, `kda_state.3`) and `__day0_state__`, a JSON header: the format version,
+the position (tokens in the sequence), and what the state belongs to — the architecture, the
+checkpoint's config, max_seq_len and the state layout. Loading checks all of them against the
+artifact first, so a state saved by another model, config or max_seq_len is refused with an error
+naming the first difference instead of decoding garbage. Written atomically (temp file + rename).
+"""
+
+import json
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+FORMAT = 1
+HEADER = "__day0_state__"
+
+
+class StateFileError(ValueError):
+    pass
+
+
+def identity(manifest: dict) -> dict:
+    """What a state belongs to: it is valid exactly for artifacts with the same identity."""
+    return {"architecture": manifest["architecture"], "config": manifest["config"],
+            "max_seq_len": manifest["max_seq_len"],
+            "state": [{k: s[k] for k in ("name", "kind", "layer", "shape", "dtype")} for s in manifest["state"]]}
+
+
+def write(path: Path, manifest: dict, position: int, arrays: list[np.ndarray]) -> Path:
+    path = Path(path)
+    header = {"format": FORMAT, "position": position, **identity(manifest)}
+    named = {s["name"]: a for s, a in zip(manifest["state"], arrays)}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **{HEADER: np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)}, **named)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _difference(saved: dict, here: dict) -> str | None:
+    """The first way `saved` differs from `here` (both `identity` dicts), in words."""
+    if saved["architecture"] != here["architecture"]:
+        return f"architecture is '{saved['architecture']}' there, '{here['architecture']}' here"
+    for key in sorted(set(saved["config"]) | set(here["config"])):
+        a, b = saved["config"].get(key, "<absent>"), here["config"].get(key, "<absent>")
+        if a != b:
+            return f"config field '{key}' is {json.dumps(a)} there, {json.dumps(b)} here"
+    if saved["max_seq_len"] != here["max_seq_len"]:
+        return f"max_seq_len is {saved['max_seq_len']} there, {here['max_seq_len']} here"
+    if saved["state"] != here["state"]:
+        return "the state layout differs (artifacts compiled by different day0 versions)"
+    return None
+
+
+def read(path: Path, manifest: dict) -> tuple[int, list[np.ndarray]]:
+    """(position, arrays in manifest order) of a state file saved for an artifact like this one."""
+    path = Path(path)
+    if not path.is_file():
+        raise StateFileError(f"state file {path}: no such file")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if HEADER not in z.files:
+                raise StateFileError(f"state file {path}: not a day0 state file (no {HEADER} entry)")
+            header = json.loads(bytes(z[HEADER]).decode())
+            if header.get("format") != FORMAT:
+                raise StateFileError(f"state file {path}: format {header.get('format')}, this day0 reads {FORMAT}")
+            diff = _difference(header, identity(manifest))
+            if diff:
+                raise StateFileError(f"state file {path} was saved by an artifact of a different model: {diff}")
+            arrays = []
+            for s in manifest["state"]:
+                if s["name"] not in z.files:
+                    raise StateFileError(f"state file {path}: tensor '{s['name']}' is missing")
+                a = z[s["name"]]
+                if list(a.shape) != s["shape"] or a.dtype != np.dtype(s["dtype"]):
+                    raise StateFileError(f"state file {path}: tensor '{s['name']}' is {a.dtype}{list(a.shape)}, "
+                                         f"expected {s['dtype']}{s['shape']}")
+                arrays.append(a)
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
+        if isinstance(e, StateFileError):
+            raise
+        raise StateFileError(f"state file {path}: unreadable ({type(e).__name__}: {e})") from None
+    position = header.get("position")
+    if not isinstance(position, int) or not 0 <= position <= manifest["max_seq_len"]:
+        raise StateFileError(f"state file {path}: position {position!r} outside [0, {manifest['max_seq_len']}]")
+    return position, arrays
