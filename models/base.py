@@ -26,6 +26,15 @@ class StateSpec:
     dtype: str = "float32"
 
 
+class ParameterShapes(dict):
+    """CausalLM.parameter_shapes(): a dict that also carries the model's `allow_unused` patterns,
+    which Checkpoint.check_expected honours wherever it is called."""
+
+    def __init__(self, shapes: dict, allow_unused: tuple[str, ...] = ()):
+        super().__init__(shapes)
+        self.allow_unused = tuple(allow_unused)
+
+
 class Backbone(nn.Module):
     """`model.embed_tokens`, `model.layers.{i}`, `model.norm`: the trunk every checkpoint names."""
 
@@ -62,10 +71,13 @@ class CausalLM(nn.Module):
     def rope_dim(self) -> int:
         raise NotImplementedError
 
-    def parameter_shapes(self) -> dict[str, tuple[tuple[int, ...], set[str] | None]]:
+    # checkpoint tensors the model never reads (globs or regexes, Checkpoint.check_expected)
+    unused_tensors: tuple[str, ...] = ()
+
+    def parameter_shapes(self) -> "ParameterShapes":
         """name -> (shape, allowed safetensors dtypes): packed u8 tensors must be U8 in the file."""
-        return {n: (tuple(p.shape), {"U8"} if p.dtype == torch.uint8 else None)
-                for n, p in self.named_parameters()}
+        return ParameterShapes({n: (tuple(p.shape), {"U8"} if p.dtype == torch.uint8 else None)
+                                for n, p in self.named_parameters()}, self.unused_tensors)
 
     def state_specs(self) -> list[StateSpec]:
         raise NotImplementedError

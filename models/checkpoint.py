@@ -222,7 +222,9 @@ class Checkpoint:
             if dtypes is not None and info.dtype not in dtypes:
                 problems.append(f"tensor {name} in {info.file} has dtype {info.dtype}, "
                                 f"expected one of {sorted(dtypes)}")
-        patterns = list(allow_unused)
+        # a model may name checkpoint tensors it never reads (e.g. a vision tower a text-only model
+        # skips) on the dict it returns: `ParameterShapes.allow_unused` (models/base.py)
+        patterns = list(allow_unused) + list(getattr(expected, "allow_unused", ()))
         unexpected = [n for n in self.tensors
                       if n not in expected and not any(_matches(n, p) for p in patterns)]
         if unexpected:

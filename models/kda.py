@@ -147,7 +147,11 @@ class KdaAttention(nn.Module):
     State per layer: conv tail [3·H·K, kernel-1] (the last inputs of the conv) and the recurrent
     state [H, K, V] (V = K here). `forward(x, conv, rec, chunked)` returns (out, conv, rec)."""
 
-    def __init__(self, hidden: int, heads: int, head_dim: int, conv_kernel: int, eps: float, chunk: int = 64):
+    def __init__(self, hidden: int, heads: int, head_dim: int, conv_kernel: int, eps: float, chunk: int = 64,
+                 a_log_shape: tuple[int, ...] | None = None, lower_bound: float | None = None):
+        """a_log_shape: A_log's shape in the checkpoint (Kimi: [1, 1, H, 1]; GLM-5: [H]);
+        lower_bound: GLM-5's "safe gate" g = lower_bound · sigmoid(exp(A_log) · g_raw) instead of
+        the softplus form (None: softplus, Kimi)."""
         super().__init__()
         self.heads, self.head_dim, self.kernel, self.chunk = heads, head_dim, conv_kernel, chunk
         dim = heads * head_dim
@@ -160,7 +164,8 @@ class KdaAttention(nn.Module):
         self.f_a_proj = nn.Linear(hidden, head_dim, bias=False)
         self.f_b_proj = nn.Linear(head_dim, dim, bias=False)
         self.dt_bias = nn.Parameter(torch.empty(dim))
-        self.A_log = nn.Parameter(torch.empty(1, 1, heads, 1))
+        self.A_log = nn.Parameter(torch.empty(a_log_shape or (1, 1, heads, 1)))
+        self.lower_bound = lower_bound
         self.b_proj = nn.Linear(hidden, heads, bias=False)
         self.g_a_proj = nn.Linear(hidden, head_dim, bias=False)
         self.g_b_proj = nn.Linear(head_dim, dim, bias=False)
@@ -176,8 +181,11 @@ class KdaAttention(nn.Module):
     def forget_gate(self, x: Tensor) -> Tensor:
         """x [S, hidden] -> g [S, H, K] (transformers' overflow-safe softplus)."""
         g = (linear(linear(x, self.f_a_proj), self.f_b_proj) + self.dt_bias.float()).view(-1, self.heads, self.head_dim)
+        rate = self.A_log.float().view(self.heads, 1).exp()
+        if self.lower_bound is not None:
+            return self.lower_bound * torch.sigmoid(rate * g)
         softplus = torch.where(g > 20.0, g, torch.log(1.0 + torch.exp(g)))
-        return -self.A_log.float().view(self.heads, 1).exp() * softplus
+        return -rate * softplus
 
     def forward(self, x: Tensor, conv: Tensor, rec: Tensor, chunked: bool) -> tuple[Tensor, Tensor, Tensor]:
         """x [S, hidden] f32; conv [3·H·K, kernel-1]; rec [H, K, K]."""

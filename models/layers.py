@@ -30,17 +30,27 @@ def linear(x: Tensor, layer: nn.Linear) -> Tensor:
     return F.linear(x, layer.weight.float(), bias)
 
 
-class MLP(nn.Module):
-    """SwiGLU feed-forward: down(silu(gate(x)) · up(x)). Checkpoint names gate/up/down_proj."""
+def swiglu(gate: Tensor, up: Tensor, limit: float | None = None) -> Tensor:
+    """silu(gate) · up; with a `limit` (GLM-5's swiglu_limit) gate is clamped to at most limit
+    and up to [-limit, limit] first."""
+    if limit is not None:
+        gate, up = gate.clamp(max=limit), up.clamp(-limit, limit)
+    return F.silu(gate) * up
 
-    def __init__(self, hidden: int, intermediate: int):
+
+class MLP(nn.Module):
+    """SwiGLU feed-forward: down(silu(gate(x)) · up(x)), optionally clamped (`swiglu`).
+    Checkpoint names gate/up/down_proj."""
+
+    def __init__(self, hidden: int, intermediate: int, limit: float | None = None):
         super().__init__()
         self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
         self.up_proj = nn.Linear(hidden, intermediate, bias=False)
         self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+        self.limit = limit
 
     def forward(self, x: Tensor) -> Tensor:
-        return linear(F.silu(linear(x, self.gate_proj)) * linear(x, self.up_proj), self.down_proj)
+        return linear(swiglu(linear(x, self.gate_proj), linear(x, self.up_proj), self.limit), self.down_proj)
 
 
 def rope_table(inv_freq: Tensor, max_positions: int, attention_scaling: float) -> tuple[Tensor, Tensor]:

@@ -85,7 +85,7 @@ class NopeMLA(nn.Module):
     q_a_proj / q_a_layernorm / q_b_proj, kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj.
     """
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, norm_eps: float = 1e-6):
         super().__init__()
         self.heads = cfg.num_attention_heads
         self.nope, self.shared, self.v = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
@@ -95,10 +95,10 @@ class NopeMLA(nn.Module):
             self.q_proj = nn.Linear(hidden, q_dim, bias=False)
         else:
             self.q_a_proj = nn.Linear(hidden, cfg.q_lora_rank, bias=bias)
-            self.q_a_layernorm = RMSNorm(cfg.q_lora_rank, 1e-6)
+            self.q_a_layernorm = RMSNorm(cfg.q_lora_rank, norm_eps)
             self.q_b_proj = nn.Linear(cfg.q_lora_rank, q_dim, bias=False)
         self.kv_a_proj_with_mqa = nn.Linear(hidden, self.rank + self.shared, bias=bias)
-        self.kv_a_layernorm = RMSNorm(self.rank, 1e-6)
+        self.kv_a_layernorm = RMSNorm(self.rank, norm_eps)
         self.kv_b_proj = nn.Linear(self.rank, self.heads * (self.nope + self.v), bias=False)
         self.o_proj = nn.Linear(self.heads * self.v, hidden, bias=bias)
         self.scale = (self.nope + self.shared) ** -0.5
@@ -106,21 +106,35 @@ class NopeMLA(nn.Module):
     def forward(self, x: Tensor, positions: Tensor, visible: Tensor, kv_cache: Tensor) -> tuple[Tensor, Tensor]:
         """x [S, hidden] at `positions` [S]; visible [S, T] bool; kv_cache [T, rank + shared].
         Returns (out [S, hidden], kv_cache) with the new rows written."""
+        _, query = self.queries(x)
+        kv_cache = self.write_cache(x, positions, kv_cache)
+        scores = torch.einsum("shd,td->sht", query, kv_cache) * self.scale
+        probs = torch.softmax(scores.masked_fill(~visible[:, None, :], float("-inf")), dim=-1)
+        return self.output(torch.einsum("sht,tr->shr", probs, kv_cache[:, : self.rank])), kv_cache
+
+    def queries(self, x: Tensor) -> tuple[Tensor | None, Tensor]:
+        """(q_resid [S, q_lora_rank] or None without a q LoRA, absorbed queries [S, H, rank + shared])."""
         s = x.shape[0]
+        q_resid = None
         if hasattr(self, "q_proj"):
             q = linear(x, self.q_proj)
         else:
-            q = linear(self.q_a_layernorm(linear(x, self.q_a_proj)), self.q_b_proj)
+            q_resid = self.q_a_layernorm(linear(x, self.q_a_proj))
+            q = linear(q_resid, self.q_b_proj)
         q = q.view(s, self.heads, self.nope + self.shared)
+        q_latent = torch.einsum("shn,hnr->shr", q[..., : self.nope], self._w_kv()[:, : self.nope])  # absorb W_uk
+        return q_resid, torch.cat([q_latent, q[..., self.nope :]], -1)
+
+    def write_cache(self, x: Tensor, positions: Tensor, kv_cache: Tensor) -> Tensor:
+        """kv_cache with the rows [latent | k_shared] of x [S, hidden] written at `positions`."""
         compressed = linear(x, self.kv_a_proj_with_mqa)
         latent = self.kv_a_layernorm(compressed[:, : self.rank])
-        kv_cache = kv_cache.index_copy(0, positions, torch.cat([latent, compressed[:, self.rank :]], -1))
+        return kv_cache.index_copy(0, positions, torch.cat([latent, compressed[:, self.rank :]], -1))
 
-        w_kv = self.kv_b_proj.weight.float().view(self.heads, self.nope + self.v, self.rank)
-        q_latent = torch.einsum("shn,hnr->shr", q[..., : self.nope], w_kv[:, : self.nope])  # absorb W_uk
-        query = torch.cat([q_latent, q[..., self.nope :]], -1)  # [S, H, rank + shared]
-        scores = torch.einsum("shd,td->sht", query, kv_cache) * self.scale
-        probs = torch.softmax(scores.masked_fill(~visible[:, None, :], float("-inf")), dim=-1)
-        o_latent = torch.einsum("sht,tr->shr", probs, kv_cache[:, : self.rank])
-        o = torch.einsum("shr,hvr->shv", o_latent, w_kv[:, self.nope :])  # apply W_uv
-        return linear(o.reshape(s, self.heads * self.v), self.o_proj), kv_cache
+    def output(self, o_latent: Tensor) -> Tensor:
+        """Attention output in the latent space [S, H, rank] -> [S, hidden] (W_uv, then o_proj)."""
+        o = torch.einsum("shr,hvr->shv", o_latent, self._w_kv()[:, self.nope :])  # apply W_uv
+        return linear(o.reshape(o.shape[0], self.heads * self.v), self.o_proj)
+
+    def _w_kv(self) -> Tensor:
+        return self.kv_b_proj.weight.float().view(self.heads, self.nope + self.v, self.rank)

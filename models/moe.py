@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import day0.frontend.ops  # noqa: F401  (registers torch.ops.day0.*)
-from day0.models.layers import MLP
+from day0.models.layers import MLP, swiglu
 
 
 def one_hot_sum(indices: Tensor, n: int, values: Tensor | None = None) -> Tensor:
@@ -90,14 +90,21 @@ class Mxfp4Experts(nn.ModuleList):
 
 
 class MoE(nn.Module):
-    def __init__(self, cfg):
+    """`swiglu_limit`: clamp the gate/up activations of every expert, shared ones included (GLM-5);
+    None: plain SwiGLU (DeepSeek)."""
+
+    limit: float | None = None  # (subclasses with their own __init__ keep the plain SwiGLU)
+
+    def __init__(self, cfg, swiglu_limit: float | None = None):
         super().__init__()
+        self.limit = swiglu_limit
         self.gate = Router(cfg)
         mxfp4 = getattr(cfg, "day0_expert_format", None) == "mxfp4"
         expert = Mxfp4Expert if mxfp4 else MLP
         self.experts = (Mxfp4Experts if mxfp4 else Experts)(
             expert(cfg.hidden_size, cfg.moe_intermediate_size) for _ in range(cfg.n_routed_experts))
-        self.shared_experts = MLP(cfg.hidden_size, cfg.moe_intermediate_size * cfg.n_shared_experts)
+        self.shared_experts = MLP(cfg.hidden_size, cfg.moe_intermediate_size * cfg.n_shared_experts,
+                                  swiglu_limit)
 
     def forward(self, x: Tensor) -> Tensor:
         """x [S, hidden]. One token gathers only its k experts' weights; several tokens run every
@@ -110,28 +117,29 @@ class MoE(nn.Module):
             idx = chosen[0]  # [k]
             g = torch.einsum("h,kih->ki", x[0], gate.index_select(0, idx))
             u = torch.einsum("h,kih->ki", x[0], up.index_select(0, idx))
-            y = torch.einsum("ki,khi->kh", F.silu(g) * u, down.index_select(0, idx))
+            y = torch.einsum("ki,khi->kh", swiglu(g, u, self.limit), down.index_select(0, idx))
             routed = (weights[0, :, None] * y).sum(0, keepdim=True)
         else:
             mix = one_hot_sum(chosen, gate.shape[0], weights)  # [S, E]
-            h = F.silu(torch.einsum("sh,eih->sei", x, gate)) * torch.einsum("sh,eih->sei", x, up)
+            h = swiglu(torch.einsum("sh,eih->sei", x, gate), torch.einsum("sh,eih->sei", x, up),
+                       self.limit)
             routed = torch.einsum("sei,ehi,se->sh", h, down, mix)
         return routed + self.shared_experts(x)
 
     def _mxfp4_routed(self, x: Tensor, weights: Tensor, chosen: Tensor) -> Tensor:
-        return mxfp4_routed(x, weights, chosen, *self.experts.stacked())
+        return mxfp4_routed(x, weights, chosen, *self.experts.stacked(), limit=self.limit)
 
 
 def mxfp4_routed(x: Tensor, weights: Tensor, chosen: Tensor, gate_up: tuple[Tensor, Tensor],
-                 down: tuple[Tensor, Tensor]) -> Tensor:
+                 down: tuple[Tensor, Tensor], limit: float | None = None) -> Tensor:
     """Σ_j w[t,j] · down_j(silu(gate_j x_t) · up_j x_t) with every expert matmul an MXFP4
     `day0::mxfp4_moe` over the chosen experts only (gate and up in one op).
 
     x [T, H] f32; weights [T, k] f32; chosen [T, k] i64; gate_up = (packed [E, 2I, H/2], scales
-    [E, 2I, H/32]); down = (packed [E, H, I/2], scales [E, H, I/32]). Returns [T, H] f32."""
+    [E, 2I, H/32]); down = (packed [E, H, I/2], scales [E, H, I/32]); limit: `swiglu`'s clamp. Returns [T, H] f32."""
     t, k = chosen.shape
     gu = torch.ops.day0.mxfp4_moe(x, *gate_up, chosen)  # [T, k, 2I]
     g, u = gu.chunk(2, dim=-1)
-    h = (F.silu(g) * u).reshape(t * k, -1)  # each (token, expert) pair is its own row
+    h = swiglu(g, u, limit).reshape(t * k, -1)  # each (token, expert) pair is its own row
     y = torch.ops.day0.mxfp4_moe(h, *down, chosen.reshape(t * k, 1))
     return (weights[..., None] * y.reshape(t, k, -1)).sum(1)

@@ -1,10 +1,11 @@
 """model_type -> architecture. An architecture module provides MODEL_TYPE, parse_config(raw) and a
 model class with `empty(cfg, max_seq_len, dtypes)`, `state_specs()`, `empty_state()`, `step()`."""
 
-from day0.models import deepseek_v32, gpt_oss, kimi_linear
+from day0.models import deepseek_v32, glm5_next, gpt_oss, kimi_linear
 from day0.models.config import ConfigError
 
 ARCHITECTURES = {deepseek_v32.MODEL_TYPE: (deepseek_v32, deepseek_v32.DeepseekV32),
+                 glm5_next.MODEL_TYPE: (glm5_next, glm5_next.Glm5Next),
                  gpt_oss.MODEL_TYPE: (gpt_oss, gpt_oss.GptOss),
                  kimi_linear.MODEL_TYPE: (kimi_linear, kimi_linear.KimiLinear)}
 

@@ -109,8 +109,10 @@ def _type_of(what: str, op: Operation) -> str:
     return str(op.result.type if i is None else op.operands[i].type)
 
 
-def _rewrite(site: _Site, tile: int) -> Value:
-    """Emit the tiled online softmax before `site.op`; return the [S, H, V] result value."""
+def _rewrite(site: _Site, tile: int, block: int = 0) -> Value:
+    """Emit the tiled online softmax before `site.op`; return the [S, H, V] result value.
+    block > 0: tiles of `block` slots (the last one may be shorter), each gathered as one
+    aligned block of the cache viewed [T/block, block, D] (the option's precondition)."""
     b = TorchBuilder(site.op)
     S, H, D, K, V, io = site.S, site.H, site.D, site.K, site.V, site.dtype
     decode = S == 1
@@ -134,26 +136,45 @@ def _rewrite(site: _Site, tile: int) -> Value:
     q = to(q, (*(() if decode else (S,)), H, D), f)
     idx = b.op("torch.aten.view", [site.idx, b.ints([K])], T(K, dtype=site.idx_dtype)) if decode else site.idx
     slot_dim = b.int(0 if decode else 1)
+    step = block or tile
+    bounds = [(lo, min(lo + step, K)) for lo in range(0, K, step)]
+    if block:  # the cache as aligned blocks [T/block, block, D]
+        blocks = b.op("torch.aten.view", [site.kv, b.ints([-1, block, D])],
+                      T(TensorType.of(site.kv).dims[0] // block, block, D, dtype=io))
     m = l = acc = None
-    for j in range(K // tile):
-        # sel = idx[..., j·t:(j+1)·t]
+    for lo, hi in bounds:
+        tile = hi - lo
+        # sel = idx[..., lo:hi]
         sel = idx
         if tile != K:
-            sel = b.op("torch.aten.slice.Tensor",
-                       [idx, slot_dim, b.int(j * tile), b.int((j + 1) * tile), one],
+            sel = b.op("torch.aten.slice.Tensor", [idx, slot_dim, b.int(lo), b.int(hi), one],
                        T(*lead, tile, dtype=site.idx_dtype))
         valid = b.op("torch.aten.ge.Scalar", [sel, zero], T(*lead, tile, dtype="i1"))
         if not decode:  # [S, t] -> [S, 1, t], broadcast over heads
             valid = b.op("torch.aten.unsqueeze", [valid, one], T(S, 1, tile, dtype="i1"))
-        # rows = kv[clamp(sel, 0)]: one index_select of the tile's flattened slots
-        safe = b.op("torch.aten.clamp", [sel, zero, b.none()], T(*lead, tile, dtype=site.idx_dtype))
-        flat_n = tile if decode else (None if S is None else S * tile)
-        if not decode:
-            safe = b.op("torch.aten.view", [safe, b.ints([-1])], T(flat_n, dtype=site.idx_dtype))
-        rows = b.op("torch.aten.index_select", [site.kv, zero, safe], T(flat_n, D, dtype=io))
-        rows = to(rows, (flat_n, D), f)
-        if not decode:
-            rows = b.op("torch.aten.view", [rows, b.ints([-1, tile, D])], T(S, tile, D))
+        if block:
+            # rows = blocks[clamp(max(sel), 0) // block][:tile]: one index per query and tile
+            n = 1 if decode else S
+            top = b.op("torch.aten.amax", [sel, b.ints([-1]), b.bool(True)], T(*lead, 1, dtype=site.idx_dtype))
+            top = b.op("torch.aten.view", [top, b.ints([-1])], T(n, dtype=site.idx_dtype))
+            top = b.op("torch.aten.clamp", [top, zero, b.none()], T(n, dtype=site.idx_dtype))
+            pool = b.op("torch.aten.floor_divide.Scalar", [top, b.int(block)], T(n, dtype=site.idx_dtype))
+            rows = b.op("torch.aten.index_select", [blocks, zero, pool], T(n, block, D, dtype=io))
+            if tile != block:
+                rows = b.op("torch.aten.slice.Tensor", [rows, one, zero, b.int(tile), one], T(n, tile, D, dtype=io))
+            rows = to(rows, (n, tile, D), f)
+            if decode:
+                rows = b.op("torch.aten.view", [rows, b.ints([tile, D])], T(tile, D))
+        else:
+            # rows = kv[clamp(sel, 0)]: one index_select of the tile's flattened slots
+            safe = b.op("torch.aten.clamp", [sel, zero, b.none()], T(*lead, tile, dtype=site.idx_dtype))
+            flat_n = tile if decode else (None if S is None else S * tile)
+            if not decode:
+                safe = b.op("torch.aten.view", [safe, b.ints([-1])], T(flat_n, dtype=site.idx_dtype))
+            rows = b.op("torch.aten.index_select", [site.kv, zero, safe], T(flat_n, D, dtype=io))
+            rows = to(rows, (flat_n, D), f)
+            if not decode:
+                rows = b.op("torch.aten.view", [rows, b.ints([-1, tile, D])], T(S, tile, D))
         # s = where(valid, scale · q·rowsᵀ, NEG)
         rows_t = b.op("torch.aten.transpose.int", [rows, b.int(-2), last], T(*lead, D, tile))
         s = b.op(mm, [q, rows_t], T(*lead, H, tile))
@@ -198,13 +219,22 @@ class DsaToGatherTiles(ModulePass):
     """Options:
     tile        slots per tile (default 64); must divide K. A tile >= K means one tile of K.
     decode-tile slots per tile in the decode form (S == 1); 0 (default) means `tile`.
+    block       > 0: the selection is block-structured (glm5_next's k-pool indexer, block =
+                kpool): slots j·block … (j+1)·block − 1 hold either -1 or pos·block + i for one
+                block `pos` per query (a shorter last group likewise: the visible tail pool).
+                Tiles are then those groups, each gathered as one aligned block of the cache
+                (one index per query and tile instead of `block`); T must be a multiple of
+                block. Overrides tile and decode-tile. 0 (default): gather slot by slot.
     """
 
     name = "dsa-to-gather-tiles"
     tile: int = 64
     decode_tile: int = 0
+    block: int = 0
 
     def __post_init__(self):
+        if self.block < 0:
+            raise ValueError(f"block must be >= 0, got {self.block}")
         if self.tile < 1:
             raise ValueError(f"tile must be >= 1, got {self.tile}")
         if self.decode_tile < 0:
@@ -218,6 +248,13 @@ class DsaToGatherTiles(ModulePass):
         for op in collect_ops(module_op, lambda op: operator_name(op) == OP_NAME):
             site = _check(op, diag)
             if site is None:
+                continue
+            if self.block:
+                rows = TensorType.of(site.kv).dims[0]
+                if rows % self.block:
+                    diag.error(op, f"dsa_attention: block={self.block} does not divide the {rows} cache rows")
+                    continue
+                replace_op(op, [_rewrite(site, 0, self.block)])
                 continue
             tile = self.tile_for(site)
             if site.K % tile:

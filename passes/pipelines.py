@@ -46,8 +46,11 @@ def dsa_tile(selection_width: int, preferred: int = DEFAULT_DSA_TILE) -> int:
     return max(t for t in range(1, min(preferred, selection_width) + 1) if selection_width % t == 0)
 
 
-def pipeline_for(target: str, selection_width: int | None, preferred_tile: int = DEFAULT_DSA_TILE) -> str:
-    """The pipeline for a model on `target`; selection_width is the DSA op's K (None: no DSA)."""
+def pipeline_for(target: str, selection_width: int | None, preferred_tile: int = DEFAULT_DSA_TILE,
+                 dsa_block: int = 0) -> str:
+    """The pipeline for a model on `target`; selection_width is the DSA op's K (None: no DSA);
+    dsa_block > 0: the model's selection is block-structured in blocks of that many positions
+    (CausalLM.dsa_block(), glm5_next's k-pool), so llvm-cpu gathers pool-sized tiles."""
     if target not in TARGETS:
         raise ValueError(f"no pass pipeline for target '{target}' (known: {', '.join(TARGETS)})")
     cuda = target == "cuda-sm90"
@@ -59,5 +62,6 @@ def pipeline_for(target: str, selection_width: int | None, preferred_tile: int =
     passes += ["topk-to-linalg-ext", "mxfp4-to-cuda-matvec" if cuda else "fuse-mxfp4-matmul"]
     if selection_width is not None:
         passes.append("dsa-to-cuda-kernel" if cuda
+                      else f"dsa-to-gather-tiles{{block={dsa_block}}}" if dsa_block
                       else f"dsa-to-gather-tiles{{tile={dsa_tile(selection_width, preferred_tile)}}}")
     return f"builtin.module({','.join(passes)})"

@@ -127,3 +127,57 @@ def test_bf16_io_accumulates_in_f32():
     got = np.asarray(f(bf(q), bf(kv), idx.numpy()).to_host()).astype(np.float32)
     want = torch.ops.day0.dsa_attention(q.float(), kv.float(), idx, 0.125, v).numpy()
     assert np.abs(got - want).max() <= 2**-8 * np.abs(want).max()  # one bf16 rounding
+
+
+def _block_indices(S: int, n: int, block: int, t: int, gen: torch.Generator) -> torch.Tensor:
+    """glm5_next-shaped selections [S, n·block + block − 1]: n whole aligned blocks (or -1 blocks)
+    then a tail block's first few positions (-1 after them), as the k-pool indexer emits."""
+    rows = []
+    for s in range(S):
+        pools = torch.randperm(t // block, generator=gen)[:n]
+        slots = (pools[:, None] * block + torch.arange(block)).reshape(-1)
+        if s % 3 == 1:
+            slots[:block] = -1  # an empty pool
+        tail_pool = int(torch.randint(0, t // block, (1,), generator=gen))
+        count = s % block  # 0 .. block-1 visible tail tokens
+        tail = torch.where(torch.arange(block - 1) < count, tail_pool * block + torch.arange(block - 1), -1)
+        rows.append(torch.cat([slots, tail]))
+    return torch.stack(rows)
+
+
+@pytest.mark.parametrize("block", [4, 8])
+def test_block_tiles_match_eager(block):
+    """block=B: pool-sized tiles gathered as aligned blocks equal the eager op on block-structured
+    selections (decode and dynamic-S prefill, an empty pool, an empty and a partial tail)."""
+    import iree.compiler as ireec
+    import iree.runtime as ireert
+    from torch_mlir import fx
+
+    n, t = 3, 32
+    k = n * block + block - 1
+    ctx = new_context()
+    combined = parse_module("module {}", ctx)
+    with ctx:
+        for form, S in (("decode", 1), ("dynamic", 5)):
+            dynamic = None
+            if form == "dynamic":
+                s = torch.export.Dim("S", min=2, max=64)
+                dynamic = {"q": {0: s}, "kv": None, "idx": {0: s}}
+            args = (torch.zeros(S, H, D), torch.zeros(t, D), torch.zeros(S, k, dtype=torch.long))
+            m = parse_module(str(fx.export_and_import(_Dsa(), *args, output_type="raw", dynamic_shapes=dynamic)), ctx)
+            run_pipeline(m, f"builtin.module(dsa-to-gather-tiles{{block={block}}})")
+            assert "torch.day0" not in str(m)
+            for func in list(m.body.operations):
+                func.attributes["sym_name"] = StringAttr.get(form)
+                func.detach_from_parent()
+                combined.body.append(func)
+    vmfb = ireec.compile_str(str(combined), input_type="torch", target_backends=["llvm-cpu"],
+                             extra_args=["--iree-llvmcpu-target-cpu=host"])
+    module = ireert.load_vm_flatbuffer(vmfb, backend="llvm-cpu")
+    gen = torch.Generator().manual_seed(block)
+    for form, S in (("decode", 1), ("dynamic", 5), ("dynamic", 7)):
+        q, kv = torch.randn(S, H, D, generator=gen), torch.randn(t, D, generator=gen)
+        idx = _block_indices(S, n, block, t, gen)
+        want = torch.ops.day0.dsa_attention(q, kv, idx, SCALE, V).numpy()
+        got = np.asarray(module[form](q.numpy(), kv.numpy(), idx.numpy()).to_host())
+        np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)

@@ -3,7 +3,7 @@
 // RUN: not day0-opt %s --pass-pipeline='builtin.module(dsa-to-gather-tiles{tile=four})' 2>&1 | filecheck %s --check-prefix=BADVALUE
 // RUN: not day0-opt %s --pass-pipeline='builtin.module(dsa-to-gather-tiles{tile=0})' 2>&1 | filecheck %s --check-prefix=BADRANGE
 
-// BADNAME: pass 'dsa-to-gather-tiles' has no option 'tiles' (options: decode-tile, tile)
+// BADNAME: pass 'dsa-to-gather-tiles' has no option 'tiles' (options: block, decode-tile, tile)
 // BADVALUE: pass 'dsa-to-gather-tiles': option 'tile' expects int, got 'four'
 // BADRANGE: pass 'dsa-to-gather-tiles': tile must be >= 1, got 0
 

@@ -1,0 +1,262 @@
+"""GLM-5.3-Flash (`glm5_next`), text model: KDA layers + DSA-sparse NoPE MLA layers with GLM-5's
+k-pool indexer (models/kpool_indexer.py; "shared" layers reuse the previous full layer's
+selection), mHC residual streams (models/mhc.py), MoE with shared experts and clamped SwiGLU,
+routed experts f32/bf16 or MXFP4 (compressed-tensors, `day0 quantize`). Export-friendly.
+
+The module tree mirrors the checkpoint's tensor names as transformers' Glm5NextForConditionalGeneration
+saves them: `model.language_model.layers.{i}.self_attn.*` (KDA: q/k/v_conv1d, f_a_proj, A_log [H], ...;
+MLA: q_a_proj, kv_a_proj_with_mqa, ..., indexer.*), `...layers.{i}.mlp.*` (experts.{e}.gate_proj...),
+`...layers.{i}.hc_{attn,ffn}_{fn,base,scale}`, `model.language_model.{embed_tokens,norm}`, `lm_head`.
+The vision tower (`model.visual.*`) is not read: text-only.
+
+State is explicit, in layer order, one functional entry point for prefill and decode:
+    step(ids [S] i64, start [1] i64, *state) -> (logits [S, V] f32, *state)
+a KDA layer holds its conv tail [3·H·K, kernel-1] ("conv_tail") and recurrent state [H, K, K]
+("kda_state"); a DSA layer its latent cache [T, kv_lora_rank] ("mla_latent"), and when its indexer
+is "full" the indexer's token rows [T, 2·d_I] ("indexer_keys") and pooled keys
+[ceil(T/kpool), d_I] ("indexer_pools"). A "shared" layer has no indexer state: it attends over
+the selection the full layer just before it computed in the same step.
+"""
+
+import torch
+from torch import Tensor, nn
+
+from day0.frontend import ops  # noqa: F401  (registers torch.ops.day0.*)
+from day0.models.base import Backbone, CausalLM, StateSpec
+from day0.models.config import ConfigError, require
+from day0.models.kda import KdaAttention
+from day0.models.kpool_indexer import KPoolIndexer
+from day0.models.layers import MLP, RMSNorm
+from day0.models.mhc import hc_merge, hc_parameters, hc_weights
+from day0.models.mla import NopeMLA
+from day0.models.moe import MoE
+
+MODEL_TYPE = "glm5_next"
+LAYER_TYPES = ("linear_attention", "indexed_attention", "full_attention")  # full_attention = indexed
+INDEXER_TYPES = ("full", "shared")
+MLP_TYPES = ("dense", "sparse")
+KDA_CHUNK = 64  # transformers' chunk_kimi_delta_attention default; the result does not depend on it
+# config.json keys of the multimodal wrapper, not of the text model
+WRAPPER_KEYS = ("model_type", "text_config", "vision_config", "quantization_config", "architectures",
+                "image_token_id", "video_token_id", "image_start_token_id", "image_end_token_id",
+                "video_start_token_id", "video_end_token_id", "transformers_version", "dtype", "torch_dtype")
+
+
+def text_fields(raw: dict) -> dict:
+    """The text model's fields: `text_config` (multimodal checkpoints) or the top level (flat)."""
+    if isinstance(raw.get("text_config"), dict):
+        return {k: v for k, v in raw["text_config"].items() if k != "model_type"}
+    return {k: v for k, v in raw.items() if k not in WRAPPER_KEYS}
+
+
+def parse_config(raw: dict):
+    """config.json dict -> transformers' Glm5NextTextConfig, after checking what day0 supports."""
+    import transformers
+
+    require(raw.get("model_type") == MODEL_TYPE, "model_type", f"expected '{MODEL_TYPE}'")
+    expert_format = routed_expert_format(raw)
+    fields = text_fields(raw)
+    defaults = transformers.Glm5NextTextConfig
+
+    def get(name):
+        return fields.get(name, getattr(defaults, name))
+
+    n = get("num_hidden_layers")
+    for field, kinds in (("layer_types", LAYER_TYPES), ("indexer_types", INDEXER_TYPES),
+                         ("mlp_layer_types", MLP_TYPES)):
+        if fields.get(field) is not None:
+            _check_layer_kinds(field, fields[field], kinds, n)
+    require(get("qk_rope_head_dim") == 0, "qk_rope_head_dim",
+            f"must be 0 (got {get('qk_rope_head_dim')}): GLM-5's DSA attention layers are NoPE, "
+            f"and transformers' glm5_next rejects a RoPE dim")
+    require(isinstance(get("q_lora_rank"), int) and get("q_lora_rank") > 0, "q_lora_rank",
+            "must be a positive int (the DSA indexer reads the q LoRA latent)")
+    kpool, topk = get("index_kpool"), get("index_topk")
+    require(isinstance(kpool, int) and kpool >= 1, "index_kpool", f"must be a positive int (got {kpool})")
+    require(isinstance(topk, int) and topk >= kpool and topk % kpool == 0, "index_topk",
+            f"must be a positive multiple of index_kpool ({kpool}), got {topk}")
+    require(get("index_kpool_always_select_tail") is True, "index_kpool_always_select_tail",
+            "only true is supported: without the tail, a query before its first complete pool "
+            "selects nothing and transformers' attention over an empty selection is undefined")
+    require(get("num_key_value_heads") in (None, get("num_attention_heads")), "num_key_value_heads",
+            "MLA needs num_key_value_heads == num_attention_heads")
+    try:
+        cfg = transformers.Glm5NextTextConfig(**fields)
+    except Exception as e:  # strict dataclass validation: name the field it complains about
+        raise ConfigError(f"config.json: invalid {MODEL_TYPE} config: {e}") from None
+    cfg.day0_expert_format = expert_format
+    cfg.model_type = MODEL_TYPE  # the architecture the manifest names (the class says glm5_next_text)
+    if isinstance(raw.get("text_config"), dict):  # the wrapper decides whether lm_head is tied
+        cfg.tie_word_embeddings = bool(raw.get("tie_word_embeddings", False))
+    require(cfg.hidden_act == "silu", "hidden_act", f"'{cfg.hidden_act}' is not supported (only silu)")
+    _check_layer_kinds("layer_types", cfg.layer_types, LAYER_TYPES, n)
+    _check_layer_kinds("indexer_types", cfg.indexer_types, INDEXER_TYPES, n)
+    _check_layer_kinds("mlp_layer_types", cfg.mlp_layer_types, MLP_TYPES, n)
+    for i, (kind, indexer) in enumerate(zip(cfg.layer_types, cfg.indexer_types)):
+        if kind == "indexed_attention" and indexer == "shared":
+            ok = i > 0 and cfg.layer_types[i - 1] == "indexed_attention" and cfg.indexer_types[i - 1] == "full"
+            require(ok, "indexer_types",
+                    f"layer {i} is 'shared' but layer {i - 1} is not a 'full' indexed_attention layer "
+                    f"(a shared layer reuses the selection of the full DSA layer right before it)")
+    if "linear_attention" in cfg.layer_types:
+        require(cfg.linear_num_heads > 0 and cfg.linear_head_dim > 0, "linear_num_heads",
+                "linear_num_heads and linear_head_dim must be positive")
+        require(cfg.linear_conv_kernel_dim >= 2, "linear_conv_kernel_dim",
+                f"must be at least 2 (got {cfg.linear_conv_kernel_dim})")
+    require(isinstance(cfg.hc_mult, int) and cfg.hc_mult >= 1, "hc_mult", f"must be a positive int (got {cfg.hc_mult})")
+    require(isinstance(cfg.hc_sinkhorn_iters, int) and cfg.hc_sinkhorn_iters >= 1, "hc_sinkhorn_iters",
+            f"must be a positive int (got {cfg.hc_sinkhorn_iters})")
+    if "sparse" in cfg.mlp_layer_types:
+        e = cfg.n_routed_experts
+        require(cfg.n_group > 0 and e % cfg.n_group == 0, "n_group", f"must divide n_routed_experts ({e})")
+        require(e // cfg.n_group >= 2, "n_group", "each group needs at least 2 experts")
+        require(0 < cfg.topk_group <= cfg.n_group, "topk_group", "must be in [1, n_group]")
+        require(0 < cfg.num_experts_per_tok <= cfg.topk_group * (e // cfg.n_group), "num_experts_per_tok",
+                "must be in [1, the experts of topk_group groups]")
+    return cfg
+
+
+def _check_layer_kinds(field: str, values, kinds: tuple[str, ...], n: int) -> None:
+    require(isinstance(values, list) and len(values) == n, field, f"needs one entry per layer ({n})")
+    bad = sorted({str(v) for v in values if v not in kinds})
+    require(not bad, field, f"unsupported values {bad} (supported: {', '.join(kinds)})")
+
+
+def routed_expert_format(raw: dict) -> str:
+    """'dense' (bf16/f32 experts) or 'mxfp4' (compressed-tensors mxfp4-pack-quantized experts)."""
+    from day0.models.mxfp4 import quant_method_of
+
+    method = quant_method_of(raw)
+    require(method in (None, "compressed-tensors-mxfp4"), "quantization_config",
+            f"'{method}' experts are not supported for {MODEL_TYPE} "
+            f"(supported: compressed-tensors mxfp4-pack-quantized)")
+    return "dense" if method is None else "mxfp4"
+
+
+class DsaAttention(NopeMLA):
+    """NoPE MLA made sparse by the k-pool indexer (`indexer` is absent on a "shared" layer)."""
+
+    def __init__(self, cfg, full_indexer: bool):
+        super().__init__(cfg, norm_eps=cfg.rms_norm_eps)
+        if full_indexer:
+            self.indexer = KPoolIndexer(cfg.hidden_size, cfg.q_lora_rank, cfg.index_n_heads, cfg.index_head_dim,
+                                        cfg.index_topk, cfg.index_kpool, cfg.index_kpool_always_select_tail)
+
+    def forward(self, x: Tensor, positions: Tensor, selected: Tensor | None, kv_cache: Tensor,
+                *indexer_state: Tensor) -> tuple[Tensor, ...]:
+        """x [S, hidden]; selected: the previous full layer's selection (shared layers) or None;
+        returns (out [S, hidden], selected [S, K], kv_cache, *indexer_state)."""
+        q_resid, query = self.queries(x)
+        kv_cache = self.write_cache(x, positions, kv_cache)
+        if hasattr(self, "indexer"):
+            indexer_state = self.indexer.update(x, positions, *indexer_state)
+            selected = self.indexer.select(x, q_resid, positions, indexer_state[1])
+        o_latent = torch.ops.day0.dsa_attention(query, kv_cache, selected, self.scale, self.rank)
+        return self.output(o_latent), selected, kv_cache, *indexer_state
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg, i: int):
+        super().__init__()
+        self.is_kda = cfg.layer_types[i] == "linear_attention"
+        self.full_indexer = not self.is_kda and cfg.indexer_types[i] == "full"
+        if self.is_kda:
+            self.self_attn = KdaAttention(cfg.hidden_size, cfg.linear_num_heads, cfg.linear_head_dim,
+                                          cfg.linear_conv_kernel_dim, cfg.rms_norm_eps, chunk=KDA_CHUNK,
+                                          a_log_shape=(cfg.linear_num_heads,), lower_bound=cfg.linear_lower_bound)
+        else:
+            self.self_attn = DsaAttention(cfg, self.full_indexer)
+        if cfg.mlp_layer_types[i] == "sparse":
+            self.mlp = MoE(cfg, swiglu_limit=cfg.swiglu_limit)
+        else:
+            self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size, cfg.swiglu_limit)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        hc_parameters(self, "hc_attn", cfg.hc_mult, cfg.hidden_size)
+        hc_parameters(self, "hc_ffn", cfg.hc_mult, cfg.hidden_size)
+        self.hc = (cfg.hc_sinkhorn_iters, cfg.hc_eps, cfg.rms_norm_eps)
+
+    def state_count(self) -> int:
+        return 2 if self.is_kda else (3 if self.full_indexer else 1)
+
+    def forward(self, h: Tensor, positions: Tensor, selected: Tensor | None, *state: Tensor) -> tuple:
+        """h: streams [S, N, hidden]; returns (h, selected or None, *state)."""
+        post, comb, x = hc_weights(h, self.hc_attn_fn, self.hc_attn_base, self.hc_attn_scale, *self.hc)
+        x = self.input_layernorm(x)
+        if self.is_kda:
+            a, *state = self.self_attn(x, *state, chunked=x.shape[0] > 1)
+            selected = None
+        else:
+            a, selected, *state = self.self_attn(x, positions, selected, *state)
+        h = hc_merge(post, comb, a, h)
+        post, comb, x = hc_weights(h, self.hc_ffn_fn, self.hc_ffn_base, self.hc_ffn_scale, *self.hc)
+        h = hc_merge(post, comb, self.mlp(self.post_attention_layernorm(x)), h)
+        return h, selected, *state
+
+
+class Glm5Next(CausalLM):
+    """The causal LM (text). Build it with `Glm5Next.empty(cfg, max_seq_len)` and fill the weights
+    from a checkpoint; `step` is the functional entry point for both prefill and decode."""
+
+    unused_tensors = (r"model\.visual\..*",)  # the vision tower: text-only
+
+    def __init__(self, cfg, max_seq_len: int):
+        super().__init__()
+        self.cfg, self.max_seq_len = cfg, max_seq_len
+        self.model = nn.Module()
+        self.model.language_model = Backbone(cfg, DecoderLayer)
+        self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+
+    @property
+    def layers(self) -> nn.ModuleList:
+        return self.model.language_model.layers
+
+    def rope_dim(self) -> int:
+        return 0  # NoPE everywhere
+
+    def selection_width(self) -> int | None:
+        """K of the DSA op (None without DSA layers)."""
+        for layer in self.layers:
+            if layer.full_indexer:
+                return layer.self_attn.indexer.width(self.max_seq_len)
+        return None
+
+    def dsa_block(self) -> int:
+        """The selection's block size for dsa-to-gather-tiles{block=...} (passes/pipelines.py
+        pipeline_for's dsa_block): the k-pool, when the cache is a whole number of pools."""
+        kpool = self.cfg.index_kpool
+        return kpool if self.selection_width() is not None and self.max_seq_len % kpool == 0 else 0
+
+    def state_specs(self) -> list[StateSpec]:
+        c, t, specs = self.cfg, self.max_seq_len, []
+        for i, layer in enumerate(self.layers):
+            if layer.is_kda:
+                conv, rec = layer.self_attn.state_shapes()
+                specs += [StateSpec(f"conv_tail.{i}", "conv_tail", i, conv),
+                          StateSpec(f"kda_state.{i}", "kda_state", i, rec)]
+                continue
+            specs.append(StateSpec(f"kv_cache.{i}", "mla_latent", i, (t, c.kv_lora_rank + c.qk_rope_head_dim)))
+            if layer.full_indexer:
+                keys, pools = layer.self_attn.indexer.state_shapes(t)
+                specs += [StateSpec(f"index_keys.{i}", "indexer_keys", i, keys),
+                          StateSpec(f"index_pools.{i}", "indexer_pools", i, pools)]
+        return specs
+
+    def step(self, ids: Tensor, start: Tensor, *state: Tensor, trace: list | None = None) -> tuple[Tensor, ...]:
+        """Run ids [S] at positions start..start+S-1 over the state; returns (logits [S, V], *state).
+        trace: a list that receives (layer, selection) for every DSA layer (tests)."""
+        state = list(state)
+        lm = self.model.language_model
+        positions = start + torch.arange(ids.shape[0], dtype=torch.int64)  # [S]
+        x = lm.embed_tokens.weight.index_select(0, ids).float()  # [S, hidden]
+        h = x[:, None, :].expand(-1, self.cfg.hc_mult, -1)  # [S, N, hidden]
+        selected, at = None, 0
+        for i, layer in enumerate(lm.layers):
+            n = layer.state_count()
+            h, selected, *state[at : at + n] = layer(h, positions, selected, *state[at : at + n])
+            if trace is not None and selected is not None:
+                trace.append((i, selected))
+            at += n
+        h = lm.norm(h.mean(1))
+        head = lm.embed_tokens if self.lm_head is None else self.lm_head
+        return (h @ head.weight.float().T, *state)
