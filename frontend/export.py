@@ -67,19 +67,22 @@ class ExportedModule:
     parameters: list[str]  # checkpoint tensor names the module reads
 
 
-def entry_points(lm: nn.Module) -> list[str]:
-    """The functions export_model emits for this model."""
-    return ["prefill", "decode"] + (["prefill_first"] if getattr(lm, "has_first_turn", False) else [])
+def entry_points(lm: nn.Module, prefill_chunk: int = 0) -> list[str]:
+    """The functions export_model emits for this model (prefill_chunk: see export_model)."""
+    return (["prefill", "decode"] + (["prefill_first"] if getattr(lm, "has_first_turn", False) else [])
+            + (["prefill_chunk"] if prefill_chunk else []))
 
 
 DECOMPOSABLE = ops.DECOMPOSABLE  # day0 ops a target may keep whole (ops.keeping)
 
 
-def export_model(lm: nn.Module, max_seq_len: int, keep: tuple[str, ...] = ()) -> ExportedModule:
+def export_model(lm: nn.Module, max_seq_len: int, keep: tuple[str, ...] = (),
+                 prefill_chunk: int = 0) -> ExportedModule:
     """Export `lm.step` as prefill (S in [2, max_seq_len], dynamic), decode (S = 1) and, for
-    models with a first-turn form, prefill_first (start == 0, dynamic S). `keep`: names of
-    DECOMPOSABLE day0 ops to leave as `torch.operator` for the target's passes (the others are
-    traced as their reference aten body)."""
+    models with a first-turn form, prefill_first (start == 0, dynamic S); with prefill_chunk > 0
+    also prefill_chunk (S = prefill_chunk, static). `keep`: names of DECOMPOSABLE day0 ops to
+    leave as `torch.operator` for the target's passes (the others are traced as their reference
+    aten body)."""
     state = lm.empty_state()
     start = torch.zeros(1, dtype=torch.int64)
     seq = Dim("seq", min=2, max=max_seq_len)
@@ -87,13 +90,15 @@ def export_model(lm: nn.Module, max_seq_len: int, keep: tuple[str, ...] = ()) ->
     dynamic = ({0: seq}, None, (None,) * len(state))
     wrappers = {"prefill": (_Prefill, prompt, dynamic),
                 "decode": (_Decode, (torch.zeros(1, dtype=torch.int64), start, *state), None),
-                "prefill_first": (_PrefillFirst, prompt, dynamic)}
+                "prefill_first": (_PrefillFirst, prompt, dynamic),
+                "prefill_chunk": (_Prefill, (torch.zeros(max(prefill_chunk, 1), dtype=torch.int64), start, *state),
+                                  None)}
     decompositions = get_decomposition_table()  # the aten decompositions torch-mlir expects
     context = tm_ir.Context()
     torch_d.register_dialect(context)
     importer = FxImporter(context=context, hooks=_ParametersAsOps())
     params: set[str] = set()
-    for name in entry_points(lm):
+    for name in entry_points(lm, prefill_chunk):
         wrapper, args, shapes = wrappers[name]
         with ops.keeping(keep):
             program = torch.export.export(wrapper(lm), args, dynamic_shapes=shapes, strict=False)

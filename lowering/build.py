@@ -29,11 +29,28 @@ ENTRY_POINTS = {
                "outputs": ["logits[1,V] float32", NEXT, "*state"]},
     "prefill_first": {"inputs": ["ids[S] int64", "start[1] int64 (must be 0)", "*state"],
                       "outputs": ["logits[S,V] float32", NEXT, "*state"], "min_len": 2},
+    "prefill_chunk": {"inputs": ["ids[C] int64 (C = len)", "start[1] int64", "*state"],
+                      "outputs": ["logits[C,V] float32", NEXT, "*state"]},
 }
 
 
 class BuildError(RuntimeError):
     pass
+
+
+def prefill_chunk(model, options: "BuildOptions") -> int:
+    """The artifact's static prefill length (0: none). Session runs a prompt of n >= C tokens as
+    chunks of C, the last one overlapping the one before (its tokens recomputed: the same rows are
+    written again), which is exact only for state indexed by position; models with a recurrent
+    state (KDA) get none."""
+    from day0.lowering.targets import get_target
+
+    c = get_target(options.target).prefill_chunk if options.prefill_chunk is None else options.prefill_chunk
+    if c < 0:
+        raise BuildError(f"--prefill-chunk must be >= 0 (got {c})")
+    if not getattr(model, "position_indexed_state", False):
+        return 0
+    return min(c, options.max_seq_len) if c >= 2 else 0
 
 
 @dataclass
@@ -43,6 +60,7 @@ class BuildOptions:
     dump_stages: bool = False
     extra_flags: tuple[str, ...] = ()
     dsa_tile: int = 64  # preferred tile; the largest divisor of the selection width <= it is used
+    prefill_chunk: int | None = None  # static prefill length; None: the target's, 0: none
 
 
 def _progress_printer(stream=sys.stderr) -> Callable[[str, str], None]:
@@ -99,13 +117,15 @@ def compile_checkpoint(checkpoint_dir: Path, out_dir: Path, options: BuildOption
         stages.mkdir()
     try:
         progress("export", "start")
-        exported = export_model(model, options.max_seq_len, keep=kept_ops(options.target))
+        chunk = prefill_chunk(model, options)
+        exported = export_model(model, options.max_seq_len, keep=kept_ops(options.target), prefill_chunk=chunk)
         if stages:
             (stages / "00-export.mlir").write_text(exported.mlir)
         progress("export", "done")
 
         progress("passes", "start")
-        pipeline = pipeline_for(options.target, model.selection_width(), options.dsa_tile)
+        pipeline = pipeline_for(options.target, model.selection_width(), options.dsa_tile,
+                                dsa_block=model.dsa_block() if hasattr(model, "dsa_block") else 0)
         with new_context():
             module = parse_module(exported.mlir)
             for i, p in enumerate(parse_pipeline(pipeline), start=1):
@@ -136,7 +156,8 @@ def compile_checkpoint(checkpoint_dir: Path, out_dir: Path, options: BuildOption
             "max_seq_len": options.max_seq_len,
             "vocab_size": cfg.vocab_size,
             "eos_token_id": cfg.eos_token_id,
-            "entry_points": {name: ENTRY_POINTS[name] for name in entry_points(model)},
+            "entry_points": {name: dict(ENTRY_POINTS[name], **({"len": chunk} if name == "prefill_chunk" else {}))
+                             for name in entry_points(model, chunk)},
             "state": [{"name": s.name, "kind": s.kind, "layer": s.layer, "shape": list(s.shape),
                        "dtype": s.dtype} for s in model.state_specs()],
             "parameters": {"scope": "model", "base_dir": str(checkpoint_dir),

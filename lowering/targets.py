@@ -44,6 +44,9 @@ class Target:
     flags: tuple[str, ...]
     device: str
     prepare: Callable[[str], str] | None = field(default=None, compare=False)
+    # > 0: artifacts also get `prefill_chunk`, prefill at this static length, which Session runs
+    # prompts through (see build.py); 0: prompts go through the dynamic-length prefill only.
+    prefill_chunk: int = 0
 
     def prepare_module(self, mlir_text: str) -> str:
         return self.prepare(mlir_text) if self.prepare else mlir_text
@@ -136,16 +139,21 @@ TARGETS: dict[str, Target] = {
         device="local-task",
     ),
     # No device flags: the device target travels inside the module (see _attach_cuda_sm90).
-    # Default optimization level: O3 cut the demo's decode step from 125 to 93 dispatches (1.39
-    # -> 1.00 ms a step on the H200) but made the DSA indexer scores 4-45x slower at 32K-1M keys
-    # (docs/perf.md); it waits for day0's own indexer kernel.
+    # O3: on the 12-layer e2e model it takes a decode step from 823 to 679 kernel launches (6.93
+    # -> 6.58 ms a token on the H200) with outputs bitwise equal to the default level's
+    # (docs/perf.md). It had made the matmul-form indexer 4-45x slower; the indexer is a day0
+    # kernel now.
     # MXFP4 matmuls do not reach IREE's codegen here (mxfp4-to-cuda-matvec): its reduction
     # pipeline fails on the fused form, and the fallback pipeline miscompiled it on the H200.
+    # Prefill in static chunks of 512: with a dynamic row count IREE's CUDA matmul configuration
+    # is the matvec one (one workgroup reduces one output element: no reuse of either operand),
+    # a static count gets tiled matmuls (TileAndFuse, 32x128 tiles); docs/perf.md, e2e.
     "cuda-sm90": Target(
         name="cuda-sm90",
-        flags=("--iree-opt-data-tiling=false",),
+        flags=("--iree-opt-level=O3", "--iree-opt-data-tiling=false"),
         device="cuda",
         prepare=_attach_cuda_sm90,
+        prefill_chunk=512,
     ),
 }
 

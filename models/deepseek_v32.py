@@ -92,6 +92,7 @@ class DeepseekV32(CausalLM):
     from a checkpoint; `step` is exported as prefill, decode and prefill_first."""
 
     has_first_turn = True  # step(first_turn=True) scores only the prompt's own keys
+    position_indexed_state = True  # every state row belongs to one position (lowering/build.py)
 
     def __init__(self, cfg, max_seq_len: int):
         super().__init__()

@@ -40,6 +40,9 @@ class Session:
         self._prefill, self._decode, self._prefill_first = (
             (vm.function(name), sum(1 for o in entries[name]["outputs"] if o.startswith("next[")))
             for name in ("prefill", "decode", first))
+        # prompts of at least `len` tokens run through the static-length prefill (lowering/build.py)
+        self._chunk_len = entries.get("prefill_chunk", {}).get("len", 0)
+        self._chunk = (vm.function("prefill_chunk"), 1) if self._chunk_len else None
         self.reset()
 
     @classmethod
@@ -116,14 +119,29 @@ class Session:
         self._pos += ids.size
         return logits
 
-    def _run_prompt(self, ids: np.ndarray):
+    def _run_prompt(self, ids: np.ndarray) -> list:
+        """Append a prompt; returns [(device logits, k)]: rows k.. of each piece, in order, are the
+        prompt's logits. With a static prefill length C and n >= C tokens the prompt runs in
+        chunks of C; the last chunk ends at the prompt's end and so re-runs the tokens it shares
+        with the one before at their own positions, rewriting the same state rows (exact for
+        position-indexed state, the only kind such artifacts have)."""
+        c = self._chunk_len
+        if c and ids.size >= c:
+            pieces, done = [], 0
+            while done < ids.size:
+                start = min(done, ids.size - c)
+                self._pos -= done - start  # back to the first re-run token's position
+                pieces.append((self._run(self._chunk, ids[start : start + c]), done - start))
+                done = start + c
+            return pieces
         if ids.size == 1:  # prefill is exported for S >= 2; one token is a decode step
-            return self._run(self._decode, ids)
-        return self._run(self._prefill_first if self._pos == 0 else self._prefill, ids)
+            return [(self._run(self._decode, ids), 0)]
+        return [(self._run(self._prefill_first if self._pos == 0 else self._prefill, ids), 0)]
 
     def prefill(self, ids) -> np.ndarray:
         ids = self._check_ids(ids)
-        return _host_copy(self._run_prompt(ids)).reshape(ids.size, -1)
+        rows = [_host_copy(logits)[k:] for logits, k in self._run_prompt(ids)]
+        return np.concatenate(rows).reshape(ids.size, -1)
 
     def _greedy_next(self, logits) -> int:
         """The greedy token after the last call: its id read back alone when the artifact chose
@@ -144,7 +162,7 @@ class Session:
     def prefill_greedy(self, ids) -> int:
         """Append ids; return the greedy next token (only its id is read back: the time to first
         token of greedy generation does not include copying [len(ids), vocab] logits)."""
-        return self._greedy_next(self._run_prompt(self._check_ids(ids)))
+        return self._greedy_next(self._run_prompt(self._check_ids(ids))[-1][0])
 
     def generate(self, ids, max_new_tokens: int = 32, temperature: float = 0.0, top_k: int = 0,
                  top_p: float = 1.0, seed: int | None = None, stop_at_eos: bool = True) -> list[int]:

@@ -31,7 +31,8 @@ def artifact(workdir):
         spec, path = PARITY[name], workdir / f"artifact-{name}"
         if not path.exists():
             compile_checkpoint(write_checkpoint(workdir, name), path,
-                               BuildOptions(max_seq_len=spec["max_seq_len"], dsa_tile=spec.get("tile", 64)),
+                               BuildOptions(max_seq_len=spec["max_seq_len"], dsa_tile=spec.get("tile", 64),
+                                            prefill_chunk=spec.get("prefill_chunk")),
                                progress=lambda stage, event: None)
         return path
 

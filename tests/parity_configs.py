@@ -7,6 +7,10 @@ prompts, prompts are longer than one DSA tile, and one checkpoint has several sh
 gpt_oss entries use a sliding window of 8 < the test sequences and clamp-reaching activations.
 kimi_linear entries mix KDA and MLA layers in different orders; their sequences are longer than
 one KDA chunk (64), with prompts that end inside a chunk and one that ends on a chunk boundary.
+glm5_next entries mix KDA and DSA layers, each with a "shared" indexer layer right after a full
+one, k-pools of 2–8 tokens, index_topk far below the sequences (> one KDA chunk), hc_mult 2–4 mHC
+streams; one has MXFP4 routed experts (compressed-tensors, `day0 quantize`). Their tie-breaking
+init is in models/glm5_next_checkpoint.py (test_glm5_next checks the pool-score margin).
 """
 
 import json
@@ -34,12 +38,26 @@ _KL_MLA_FIRST = dict(hidden_size=64, num_hidden_layers=3, n_shared_experts=2, kv
                      linear_attn_config={"head_dim": 16, "num_heads": 4, "short_conv_kernel_size": 3,
                                          "kda_layers": [2, 3], "full_attn_layers": [1]})
 
+_GLM_BASE: dict = {}  # models/glm5_next_checkpoint.TINY_TEXT: KDA, DSA full, DSA shared; kpool 4, top 8
+_GLM_DSA_FIRST = dict(hidden_size=64, hc_mult=4, hc_sinkhorn_iters=4, index_topk=16, index_kpool=8,
+                      layer_types=["indexed_attention", "indexed_attention", "linear_attention"],
+                      indexer_types=["full", "shared", "full"], mlp_layer_types=["sparse", "dense", "sparse"],
+                      n_group=2, topk_group=1, num_experts_per_tok=3, linear_conv_kernel_dim=3,
+                      n_shared_experts=2)
+_GLM_MXFP4 = dict(hidden_size=64, num_hidden_layers=4, hc_mult=3, hc_sinkhorn_iters=4, index_topk=6,
+                  index_kpool=2,
+                  layer_types=["indexed_attention", "indexed_attention", "linear_attention", "indexed_attention"],
+                  indexer_types=["full", "shared", "full", "full"],
+                  mlp_layer_types=["sparse", "sparse", "dense", "sparse"])
+
 PARITY = {
     # K = 8 < prompt 20, one tile; no tokenizer (tests the --prompt error).
     "ds-sparse": dict(arch="deepseek_v32", config=_DS_SPARSE, seed=1, tile=64, max_seq_len=64,
                       prompt=20, tokenizer=False),
-    # K = 24 in tiles of 8, prompt 40 > K.
-    "ds-tiles": dict(arch="deepseek_v32", config=_DS_TILES, seed=2, tile=8, max_seq_len=96, prompt=40),
+    # K = 24 in tiles of 8, prompt 40 > K; prompts of 16+ tokens run as static chunks of 16 (the
+    # cuda-sm90 form; the 40-token prompt: 0-16, 16-32, then 24-40 re-running 24-32).
+    "ds-tiles": dict(arch="deepseek_v32", config=_DS_TILES, seed=2, tile=8, max_seq_len=96, prompt=40,
+                     prefill_chunk=16),
     # three layers (two MoE), group-limited routing over 4 groups, many shards.
     "ds-sharded": dict(arch="deepseek_v32", config=_DS_SHARDED, seed=3, shard="40KB", tile=4,
                        max_seq_len=64, prompt=24),
@@ -62,6 +80,13 @@ PARITY = {
     "kl-base": dict(arch="kimi_linear", config={}, seed=1, max_seq_len=96, prompt=70),
     "kl-hybrid": dict(arch="kimi_linear", config=_KL_HYBRID, seed=2, max_seq_len=160, prompt=130),
     "kl-mla-first": dict(arch="kimi_linear", config=_KL_MLA_FIRST, seed=3, max_seq_len=96, prompt=64),
+    # glm5_next: KDA + full + shared, K = 2 pools of 4 + 3 tail slots, 2 streams, 20 Sinkhorn
+    # iterations (prompt of a chunk + 6); full + shared + KDA, 4 streams, pools of 8 (prompt of
+    # exactly one chunk); MXFP4 experts, 4 layers (two full indexers), 3 streams, pools of 2.
+    "glm-base": dict(arch="glm5_next", config=_GLM_BASE, seed=4, max_seq_len=96, prompt=70),
+    "glm-dsa-first": dict(arch="glm5_next", config=_GLM_DSA_FIRST, seed=2, max_seq_len=96, prompt=64),
+    "glm-mxfp4": dict(arch="glm5_next", config=_GLM_MXFP4, seed=2, max_seq_len=96, prompt=67,
+                      experts="compressed-tensors"),
 }
 
 
@@ -79,6 +104,14 @@ def write_checkpoint(root: Path, name: str) -> Path:
         from day0.models.kimi_linear_checkpoint import write_tiny_kimi_linear_checkpoint
 
         return write_tiny_kimi_linear_checkpoint(path, spec["config"], spec["seed"])
+    if spec["arch"] == "glm5_next":
+        from day0.models.glm5_next_checkpoint import write_tiny_glm5_next_checkpoint
+        from day0.models.quantize import quantize_checkpoint
+
+        if spec.get("experts", "f32") == "f32":
+            return write_tiny_glm5_next_checkpoint(path, spec["config"], spec["seed"])
+        dense = write_tiny_glm5_next_checkpoint(root / f"ckpt-{name}-f32", spec["config"], spec["seed"])
+        return quantize_checkpoint(dense, path, spec["experts"])
     from day0.models.demo_checkpoint import tiny_deepseek_v32_config, write_tiny_checkpoint
     from day0.models.quantize import quantize_checkpoint
 
@@ -104,7 +137,7 @@ def load_reference(root: Path, name: str):
         from transformers import KimiLinearForCausalLM
 
         return KimiLinearForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
-    from transformers import DeepseekV32ForCausalLM
+    from transformers import DeepseekV32ForCausalLM, Glm5NextForConditionalGeneration
 
     if "quantization_config" in json.loads((path / "config.json").read_text()):
         from day0.models.quantize import dequantize_checkpoint
@@ -113,6 +146,11 @@ def load_reference(root: Path, name: str):
         if not dequantized.exists():
             dequantize_checkpoint(path, dequantized)  # transformers holds the dequantized values
         path = dequantized
+    if spec["arch"] == "glm5_next":
+        ref = Glm5NextForConditionalGeneration.from_pretrained(path, dtype=torch.float32,
+                                                               attn_implementation="eager").eval()
+        ref.config.vocab_size = ref.config.text_config.vocab_size  # (the wrapper config has none)
+        return ref
     return DeepseekV32ForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
 
 

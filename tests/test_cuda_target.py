@@ -15,8 +15,10 @@ def test_demo_model_compiles_for_sm90(tmp_path):
     manifest = compile_checkpoint(ckpt, out, BuildOptions(target="cuda-sm90", max_seq_len=128),
                                   progress=lambda *a: None)
     assert manifest["target"] == "cuda-sm90"
-    assert json.loads((out / "manifest.json").read_text())["entry_points"].keys() == {
-        "prefill", "decode", "prefill_first"}
+    entries = json.loads((out / "manifest.json").read_text())["entry_points"]
+    assert entries.keys() == {"prefill", "decode", "prefill_first", "prefill_chunk"}
+    assert entries["prefill_chunk"]["len"] == 128  # the target's 512, capped at max_seq_len
+    assert "--iree-opt-level=O3" in manifest["compile_flags"]
     vmfb = (out / "model.vmfb").read_bytes()
     assert b".target sm_90" in vmfb  # PTX for Hopper, not a fallback arch
     # the top-k, the DSA attention and the indexer scores run day0's kernels on CUDA

@@ -120,3 +120,20 @@ def test_first_turn_form_equals_general_prefill(name, checkpoint):
         first = model.step(ids, torch.tensor([0]), *model.empty_state(), first_turn=True)
     for a, b in zip(general, first):
         assert torch.equal(a, b) or rel_err(b, a) < 1e-6
+
+
+def test_static_prefill_chunk_entry(artifact):
+    """ds-tiles' artifact has the static-length prefill (the parity tests above run its prompts
+    through it); artifacts without one, and models with a recurrent state, use dynamic prefill."""
+    from day0.lowering.build import BuildOptions, prefill_chunk
+    from day0.models.deepseek_v32 import DeepseekV32
+    from day0.models.kimi_linear import KimiLinear
+    from day0.runtime.session import Session
+
+    s = Session.load(artifact("ds-tiles"))
+    assert s.manifest["entry_points"]["prefill_chunk"]["len"] == s._chunk_len == 16
+    assert Session.load(artifact("ds-sparse"))._chunk_len == 0
+    asked = BuildOptions(prefill_chunk=16, max_seq_len=64)
+    assert prefill_chunk(object.__new__(DeepseekV32), asked) == 16
+    assert prefill_chunk(object.__new__(KimiLinear), asked) == 0  # KDA state: re-running is not exact
+    assert prefill_chunk(object.__new__(DeepseekV32), BuildOptions(target="cuda-sm90", max_seq_len=64)) == 64

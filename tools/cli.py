@@ -29,7 +29,7 @@ def cmd_compile(a) -> int:
     from day0.lowering.build import BuildOptions, compile_checkpoint
 
     opts = BuildOptions(target=a.target, max_seq_len=a.max_seq_len, dump_stages=a.dump_stages,
-                        extra_flags=tuple(a.iree_flags))
+                        extra_flags=tuple(a.iree_flags), prefill_chunk=a.prefill_chunk)
     manifest = compile_checkpoint(Path(a.checkpoint), Path(a.output), opts)
     print(f"wrote {a.output} ({manifest['architecture']}, target {manifest['target']}, "
           f"max_seq_len {manifest['max_seq_len']})")
@@ -120,6 +120,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--target", default="llvm-cpu", choices=["llvm-cpu", "cuda-sm90"])
     c.add_argument("--max-seq-len", type=int, default=4096)
     c.add_argument("--dump-stages", action="store_true", help="write the IR after each stage to OUTPUT/stages/")
+    c.add_argument("--prefill-chunk", type=int, default=None,
+                   help="static prefill length prompts run in (default: the target's; 0: none)")
     # extra iree-compile flags come after `--` (split off in main: argparse would give the
     # empty-matching positional nothing once the checkpoint is read, then reject the flags)
     c.set_defaults(iree_flags=[])
