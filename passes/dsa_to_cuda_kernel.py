@@ -17,6 +17,17 @@ whose body is
     %out      = flow.dispatch @day0_dsa_attention::@day0_dsa_combine_<dtype>[H, S]
 with splits = ceil(K / 128). Empty slots (index < 0 or >= T) contribute nothing; a query with
 no valid slot gets zeros (as the op's reference and dsa-to-gather-tiles).
+
+bf16 with D % 8 == 0, V % 8 == 0 and V <= min(D, 512) takes the tensor-core kernels instead
+(FlashMLA-style: all heads of a query share each gathered row in one CTA, mma.sync scores and
+P·V; P is rounded to bf16 for the P·V product, the rest is f32):
+    %ml, %acc = flow.dispatch @day0_dsa_attention::@day0_dsa_partial_bf16_mma[splits, ceil(H/64), S]
+    %out      = flow.dispatch @day0_dsa_attention::@day0_dsa_combine_bf16_mma[ceil(V/64), H, S]
+with rows = 32 slots per split for decode (static S = 1: at K = 2048, 64 CTAs of two 16-row
+tiles, the second prefetched during the first; not yet measured against 16 and 64, which
+tools/gpu_kernel_times.py times beside it) and 128 otherwise (prefill: fewer partials per
+query), splits = ceil(K / rows); the function name then ends in `_r<rows>`. The option
+tensor-cores=false keeps every site on the f32-arithmetic kernels.
 """
 
 from __future__ import annotations
@@ -38,6 +49,11 @@ HEADS_PER_CTA = 4
 ROWS_PER_SPLIT = 128
 MAX_D = 576
 MAX_V = 1024
+MMA_HEADS_PER_CTA = 64
+MMA_MAX_V = 512
+MMA_ROWS_DECODE = 32   # slots per split of the tensor-core kernel at S = 1
+MMA_ROWS_PREFILL = 128
+MMA_V_PER_CTA = 64     # combine: values of one (query, head) a CTA
 _DTYPES = {"f32": "f32", "bf16": "bf16"}  # torch dtype -> kernel suffix / builtin element type
 _TORCH_INT64 = 4
 KERNEL_ABI = tuple(
@@ -46,7 +62,12 @@ KERNEL_ABI = tuple(
         (f"day0_dsa_partial_{dt}", (True, True, True, False, False), 6, 3),
         # partial (m, l), partial acc | out ; H, V, splits ; grid (H, S)
         (f"day0_dsa_combine_{dt}", (True, True, False), 3, 2),
-    ))
+    )) + (
+    # q, kv, idx | partial (m, l), partial acc ; H, D, K, V, T, scale bits, rows ; grid (splits, H/64, S)
+    ("day0_dsa_partial_bf16_mma", (True, True, True, False, False), 7, 3),
+    # partial (m, l), partial acc | out ; H, V, splits ; grid (V/64, H, S)
+    ("day0_dsa_combine_bf16_mma", (True, True, False), 3, 3),
+)
 
 
 def executable_source_text() -> str:
@@ -58,11 +79,24 @@ def scale_bits(scale: float) -> int:
     return struct.unpack("<i", struct.pack("<f", scale))[0]
 
 
-def function_name(dt: str, H: int, D: int, T: int, K: int, V: int, scale: float) -> str:
-    return f"day0_dsa_{dt}_H{H}_D{D}_T{T}_K{K}_V{V}_s{scale_bits(scale) & 0xFFFFFFFF:08x}"
+def mma_rows(dt: str, S: int | None, D: int, V: int) -> int | None:
+    """Slots per split of the tensor-core kernels for this site (S None: dynamic), or None where
+    the f32-arithmetic kernels take it."""
+    if dt != "bf16" or D % 8 or V % 8 or V > D or V > MMA_MAX_V:
+        return None
+    return MMA_ROWS_DECODE if S == 1 else MMA_ROWS_PREFILL
 
 
-def function_text(dt: str, H: int, D: int, T: int, K: int, V: int, scale: float) -> str:
+def function_name(dt: str, H: int, D: int, T: int, K: int, V: int, scale: float, rows: int | None = None) -> str:
+    tail = "" if rows is None else f"_r{rows}"
+    return f"day0_dsa_{dt}_H{H}_D{D}_T{T}_K{K}_V{V}_s{scale_bits(scale) & 0xFFFFFFFF:08x}{tail}"
+
+
+def function_text(dt: str, H: int, D: int, T: int, K: int, V: int, scale: float, rows: int | None = None) -> str:
+    """rows None: the f32-arithmetic kernels; else the bf16 tensor-core kernels with `rows` slots
+    per split."""
+    if rows is not None:
+        return _mma_function_text(H, D, T, K, V, scale, rows)
     splits, groups = -(-K // ROWS_PER_SPLIT), -(-H // HEADS_PER_CTA)
     q_t, kv_t, idx_t = f"tensor<?x{H}x{D}x{dt}>", f"tensor<{T}x{D}x{dt}>", f"tensor<?x{K}xi64>"
     ml_t, acc_t, out_t = (f"tensor<?x{splits}x{H}x2xf32>", f"tensor<?x{splits}x{H}x{V}xf32>",
@@ -89,9 +123,45 @@ def function_text(dt: str, H: int, D: int, T: int, K: int, V: int, scale: float)
   }}"""
 
 
+def _mma_function_text(H: int, D: int, T: int, K: int, V: int, scale: float, rows: int) -> str:
+    dt = "bf16"
+    splits, groups, vblocks = -(-K // rows), -(-H // MMA_HEADS_PER_CTA), -(-V // MMA_V_PER_CTA)
+    q_t, kv_t, idx_t = f"tensor<?x{H}x{D}x{dt}>", f"tensor<{T}x{D}x{dt}>", f"tensor<?x{K}xi64>"
+    ml_t, acc_t, out_t = (f"tensor<?x{splits}x{H}x2xf32>", f"tensor<?x{splits}x{H}x{V}xf32>",
+                          f"tensor<?x{H}x{V}x{dt}>")
+    return f"""
+  func.func private @{function_name(dt, H, D, T, K, V, scale, rows)}(%q: {q_t}, %kv: {kv_t}, %idx: {idx_t}) -> {out_t} {{
+    %c0 = arith.constant 0 : index
+    %s = tensor.dim %q, %c0 : {q_t}
+    %splits = arith.constant {splits} : index
+    %groups = arith.constant {groups} : index
+    %vblocks = arith.constant {vblocks} : index
+    %nh = arith.constant {H} : index
+    %H = arith.constant {H} : i32
+    %D = arith.constant {D} : i32
+    %K = arith.constant {K} : i32
+    %V = arith.constant {V} : i32
+    %T = arith.constant {T} : i32
+    %scale = arith.constant {scale_bits(scale)} : i32
+    %rows = arith.constant {rows} : i32
+    %nsplits = arith.constant {splits} : i32
+    %ml, %acc = flow.dispatch @{EXECUTABLE}::@day0_dsa_partial_bf16_mma[%splits, %groups, %s](%H, %D, %K, %V, %T, %scale, %rows, %q, %kv, %idx)
+        : (i32, i32, i32, i32, i32, i32, i32, {q_t}{{%s}}, {kv_t}, {idx_t}{{%s}}) -> ({ml_t}{{%s}}, {acc_t}{{%s}})
+    %out = flow.dispatch @{EXECUTABLE}::@day0_dsa_combine_bf16_mma[%vblocks, %nh, %s](%H, %V, %nsplits, %ml, %acc)
+        : (i32, i32, i32, {ml_t}{{%s}}, {acc_t}{{%s}}) -> {out_t}{{%s}}
+    return %out : {out_t}
+  }}"""
+
+
 @dataclass(frozen=True)
 class DsaToCudaKernel(ModulePass):
+    """Options:
+    tensor-cores  bf16 sites that fit run on the tensor-core kernels (P rounded to bf16 for P·V;
+                  default true); false keeps the f32-arithmetic kernels for them.
+    """
+
     name = "dsa-to-cuda-kernel"
+    tensor_cores: bool = True
 
     def apply(self, module_op: Operation, diag: DiagnosticEngine) -> None:
         sites = []
@@ -111,7 +181,9 @@ class DsaToCudaKernel(ModulePass):
         functions = {}
         for site in sites:
             T = TensorType.of(site.kv).dims[0]
-            key = (_DTYPES[site.dtype], site.H, site.D, T, site.K, site.V, site.scale)
+            dt = _DTYPES[site.dtype]
+            rows = mma_rows(dt, site.S, site.D, site.V) if self.tensor_cores else None
+            key = (dt, site.H, site.D, T, site.K, site.V, site.scale, rows)
             functions[function_name(*key)] = key
             with site.op.location:
                 _rewrite(site, function_name(*key))

@@ -71,6 +71,14 @@ def test_script_geometry_constants_are_the_passes():
         P.KERNEL_PTX, P.KEYS_PER_CTA, P.MMA_CTAS, P.MMA_MAX_KEYS)
     assert (gkt.DSA_PTX, gkt.DSA_ROWS_PER_SPLIT, gkt.DSA_HEADS_PER_CTA) == (
         dsa_to_cuda_kernel.KERNEL_PTX, dsa_to_cuda_kernel.ROWS_PER_SPLIT, dsa_to_cuda_kernel.HEADS_PER_CTA)
+    P2 = dsa_to_cuda_kernel
+    assert (gkt.DSA_MMA_HEADS_PER_CTA, gkt.DSA_MMA_MAX_V, gkt.DSA_MMA_V_PER_CTA, gkt.DSA_MMA_ROWS_DECODE,
+            gkt.DSA_MMA_ROWS_PREFILL) == (P2.MMA_HEADS_PER_CTA, P2.MMA_MAX_V, P2.MMA_V_PER_CTA, P2.MMA_ROWS_DECODE,
+                                          P2.MMA_ROWS_PREFILL)
+    for dt in ("f32", "bf16"):
+        for S in (1, 2, None):
+            for D, V in ((512, 512), (576, 512), (64, 64), (72, 64), (100, 64), (576, 520), (64, 72), (1024, 1024)):
+                assert gkt.dsa_mma_rows(dt, S, D, V) == P2.mma_rows(dt, S, D, V), (dt, S, D, V)
     assert (gkt.MXFP4_PTX, gkt.MXFP4_ROWS_PER_CTA) == (mxfp4_to_cuda_matvec.KERNEL_PTX, mxfp4_to_cuda_matvec.ROWS_PER_CTA)
     assert gkt.THREADS == P.THREADS == dsa_to_cuda_kernel.THREADS == mxfp4_to_cuda_matvec.THREADS
     for T in (1, 127, 128, 129, 32768, 131072, 1 << 20, 5_000_000):
@@ -95,11 +103,28 @@ def test_indexer_launch_is_the_pass_dispatch(T):
 @pytest.mark.parametrize("T", gkt.CONTEXTS)
 def test_dsa_launches_are_the_pass_dispatches(T):
     c = gkt.DSA
-    text = dsa_to_cuda_kernel.function_text("bf16", c["H"], c["D"], T, c["K"], c["V"], c["D"] ** -0.5)
+    rows = dsa_to_cuda_kernel.mma_rows("bf16", 1, c["D"], c["V"])
+    assert rows == dsa_to_cuda_kernel.MMA_ROWS_DECODE  # the benchmark times the tensor-core kernels
+    text = dsa_to_cuda_kernel.function_text("bf16", c["H"], c["D"], T, c["K"], c["V"], c["D"] ** -0.5, rows)
     partial, combine = _dispatches(text, {"%s": 1})
     launches = gkt.all_launches()
     _same(launches[f"dsa_partial_T{T}"], partial)
     _same(launches[f"dsa_combine_T{T}"], combine)
+
+
+@pytest.mark.parametrize("dt,S,H,D,T,K,V", [("bf16", 3, 64, 576, 4096, 2048, 512), ("bf16", 1, 40, 72, 100, 77, 64),
+                                            ("bf16", 2, 128, 576, 700, 100, 512), ("bf16", 1, 16, 100, 64, 300, 64),
+                                            ("f32", 1, 64, 576, 4096, 2048, 512), ("f32", 2, 8, 96, 64, 300, 64)])
+def test_dsa_launch_tables_for_other_shapes(dt, S, H, D, T, K, V):
+    """dsa_launches (the check cases') against the pass for prefill, odd shapes and f32; and the
+    f32-arithmetic launches (fma=True) against the pass's text without the tensor-core kernels."""
+    rows = dsa_to_cuda_kernel.mma_rows(dt, S, D, V)
+    for fma in (False, True):
+        text = dsa_to_cuda_kernel.function_text(dt, H, D, T, K, V, D ** -0.5, None if fma else rows)
+        partial, combine = _dispatches(text, {"%s": S})
+        p, c = gkt.dsa_launches(dt, S, H, D, T, K, V, D ** -0.5, fma=fma)
+        _same(p, partial)
+        _same(c, combine)
 
 
 def test_moe_launches_are_the_pass_dispatches():

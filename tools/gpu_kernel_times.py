@@ -20,7 +20,9 @@ Pieces:
            (else how many keys swapped, and whether all swaps lie within the error of the
            2048th score). Plus correctness cases for prefill and odd shapes.
   dsa      day0::dsa_attention's partial + combine kernels: 64 heads, latent 512, 2048 selected
-           rows of a bf16 cache of T rows (bf16 q and out).
+           rows of a bf16 cache of T rows (bf16 q and out): the pass's tensor-core kernels, the
+           same at other split sizes and the f32-arithmetic kernels (`fma`, the old ones); plus
+           correctness cases (prefill, odd shapes, empty slots) against a float64 reference.
   moe      day0::mxfp4_moe's matvec: 8 of 288 experts, hidden 4096, intermediate 2048: gate_up
            (packed [288, 4096, 2048]) and down (packed [288, 4096, 1024]).
   topk     the radix top-k (k = 2048) over rows of T (tools/gpu_topk_check.py's kernel timing).
@@ -49,6 +51,8 @@ MOE = {"E": 288, "k": 8, "hidden": 4096, "intermediate": 2048}
 INDEXER_PTX, INDEXER_KEYS_PER_CTA = "indexer_scores.sm_90.ptx", 128
 INDEXER_MMA_CTAS, INDEXER_MMA_MAX_KEYS = 264, 2048
 DSA_PTX, DSA_ROWS_PER_SPLIT, DSA_HEADS_PER_CTA = "dsa_attention.sm_90.ptx", 128, 4
+DSA_MMA_HEADS_PER_CTA, DSA_MMA_MAX_V, DSA_MMA_V_PER_CTA = 64, 512, 64
+DSA_MMA_ROWS_DECODE, DSA_MMA_ROWS_PREFILL = 32, 128
 MXFP4_PTX, MXFP4_ROWS_PER_CTA = "mxfp4_matvec.sm_90.ptx", 32
 TOPK_PTX = "topk_select.sm_90.ptx"
 
@@ -88,7 +92,25 @@ def indexer_launch(kernel: str, S: int, H: int, D: int, T: int, scale: float, gr
                   (H, D, T, scale_bits(scale)))
 
 
-def dsa_launches(dt: str, S: int, H: int, D: int, T: int, K: int, V: int, scale: float) -> tuple[Launch, Launch]:
+def dsa_mma_rows(dt: str, S: int | None, D: int, V: int) -> int | None:
+    """The pass's choice: slots per split of the bf16 tensor-core kernels, or None (f32 kernels)."""
+    if dt != "bf16" or D % 8 or V % 8 or V > D or V > DSA_MMA_MAX_V:
+        return None
+    return DSA_MMA_ROWS_DECODE if S == 1 else DSA_MMA_ROWS_PREFILL
+
+
+def dsa_launches(dt: str, S: int, H: int, D: int, T: int, K: int, V: int, scale: float,
+                 rows: int | None = None, fma: bool = False) -> tuple[Launch, Launch]:
+    """The pass's two launches; rows: another split size for the tensor-core kernels; fma: the
+    f32-arithmetic kernels even where the pass takes the tensor-core ones."""
+    mma = None if fma else (rows or dsa_mma_rows(dt, S, D, V))
+    if mma is not None:
+        splits = cdiv(K, mma)
+        partial = Launch(DSA_PTX, "day0_dsa_partial_bf16_mma", (splits, cdiv(H, DSA_MMA_HEADS_PER_CTA), S),
+                         ("q", "kv", "idx", "ml", "acc"), (H, D, K, V, T, scale_bits(scale), mma))
+        combine = Launch(DSA_PTX, "day0_dsa_combine_bf16_mma", (cdiv(V, DSA_MMA_V_PER_CTA), H, S),
+                         ("ml", "acc", "out"), (H, V, splits))
+        return partial, combine
     splits = cdiv(K, DSA_ROWS_PER_SPLIT)
     partial = Launch(DSA_PTX, f"day0_dsa_partial_{dt}", (splits, cdiv(H, DSA_HEADS_PER_CTA), S),
                      ("q", "kv", "idx", "ml", "acc"), (H, D, K, V, T, scale_bits(scale)))
@@ -256,39 +278,121 @@ def check_indexer_shapes(run: Runner) -> list[dict]:
     return results
 
 
+def dsa_reference(q, kv, idx, scale: float, V: int):
+    """float64 reference of day0::dsa_attention [S, H, V]; slots outside [0, T) are empty (as the
+    kernels); a query with no valid slot gets zeros."""
+    import torch
+
+    T = kv.shape[0]
+    valid = (idx >= 0) & (idx < T)
+    rows = kv[idx.clamp(0, T - 1)].double()  # [S, K, D]
+    scores = torch.einsum("shd,skd->shk", q.double(), rows) * scale
+    scores = scores.masked_fill(~valid[:, None, :], float("-inf"))
+    p = torch.softmax(scores, -1).nan_to_num(0.0)
+    return torch.einsum("shk,skv->shv", p, rows[..., :V])
+
+
+def _dsa_run(run: Runner, launches, t: dict):
+    import torch
+
+    t["out"].fill_(float("nan"))
+    for l in launches:
+        run(l, t)
+    torch.cuda.synchronize()
+    return t["out"]
+
+
+def _dsa_tensors(S, H, D, T, K, V, dtype, g, empty=0.0, max_splits=None):
+    """Inputs (random rows; a fraction `empty` of the slots -1 or >= T) and partial buffers."""
+    import torch
+
+    bf = dtype
+    idx = torch.stack([torch.randperm(T, device="cuda", generator=g)[:K] for _ in range(S)]) if K <= T else \
+        torch.randint(0, T, (S, K), device="cuda", generator=g)
+    if empty:
+        drop = torch.rand(S, K, device="cuda", generator=g) < empty
+        idx = torch.where(drop, torch.where(torch.rand(S, K, device="cuda", generator=g) < 0.5, -1, T + 3), idx)
+    splits = max_splits or K
+    return {"q": torch.randn(S, H, D, device="cuda", generator=g).to(bf),
+            "kv": torch.randn(T, D, device="cuda", generator=g).to(bf), "idx": idx,
+            "ml": torch.empty(S, splits, H, 2, device="cuda"), "acc": torch.empty(S, splits, H, V, device="cuda"),
+            "out": torch.empty(S, H, V, device="cuda", dtype=bf)}
+
+
+def check_dsa_shapes(run: Runner) -> list[dict]:
+    """Both bf16 kernel sets at the pass's geometry (and the tensor-core one at other split sizes)
+    on decode, prefill and odd shapes, with empty slots (-1 and >= T), a query with every slot
+    empty, H > 64, D % 16 == 8; against the float64 reference (max error ÷ max |reference|)."""
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(7)
+    # S, H, D, T, K, V, fraction of empty slots
+    cases = [(1, 64, 576, 5000, 2048, 512, 0.0), (1, 64, 512, 4096, 2048, 512, 0.3), (1, 64, 576, 3000, 2048, 512, 0.97),
+             (3, 64, 576, 2000, 300, 512, 0.2), (2, 128, 576, 700, 100, 512, 0.1), (1, 40, 72, 100, 77, 64, 0.25),
+             (2, 4, 64, 32, 16, 64, 0.0), (1, 16, 256, 64, 2048, 128, 0.5), (1, 64, 576, 100, 33, 512, 1.0)]
+    results = []
+    for S, H, D, T, K, V, empty in cases:
+        t = _dsa_tensors(S, H, D, T, K, V, torch.bfloat16, g, empty)
+        scale = D ** -0.5
+        ref = dsa_reference(t["q"], t["kv"], t["idx"], scale, V)
+        res = {"piece": "dsa_check", "S": S, "H": H, "D": D, "T": T, "K": K, "V": V, "empty": empty}
+        scale_ref = ref.abs().max().clamp_min(1e-30)
+        variants = [("fma", dsa_launches("bf16", S, H, D, T, K, V, scale, fma=True)),
+                    ("pass", dsa_launches("bf16", S, H, D, T, K, V, scale))]
+        if dsa_mma_rows("bf16", S, D, V) is not None:
+            variants += [(f"mma_r{r}", dsa_launches("bf16", S, H, D, T, K, V, scale, rows=r)) for r in (16, 64)]
+        for name, ls in variants:
+            out = _dsa_run(run, ls, t).double()
+            err = (out - ref).abs().max()
+            res[f"{name}_entry"] = ls[0].entry
+            res[f"{name}_rel_err"] = float(err / scale_ref) if float(ref.abs().max()) > 0 else float(err)
+        res["ok"] = all(v < 1.5e-2 for k, v in res.items() if k.endswith("_rel_err"))  # NaN fails
+        results.append(res)
+        print(json.dumps(res), flush=True)
+    return results
+
+
 def bench_dsa(run: Runner, T: int) -> list[dict]:
     import torch
 
     H, D, V, K = DSA["H"], DSA["D"], DSA["V"], DSA["K"]
     scale = D ** -0.5
-    partial, combine = dsa_launches("bf16", 1, H, D, T, K, V, scale)
-    splits = partial.grid[0]
     g = torch.Generator(device="cuda").manual_seed(T + 1)
     bf = torch.bfloat16
     kv_copies = _copies(T * D * 2, most=4)
     kvs = [torch.randn(T, D, device="cuda", generator=g).to(bf) for _ in range(kv_copies)]
     variants = 32  # selections rotate too: 32 × 2 MB of rows > L2
+    most_splits = cdiv(K, 16)
     shared = {"q": torch.randn(1, H, D, device="cuda", generator=g).to(bf),
-              "ml": torch.empty(1, splits, H, 2, device="cuda"), "acc": torch.empty(1, splits, H, V, device="cuda"),
+              "ml": torch.empty(1, most_splits, H, 2, device="cuda"),
+              "acc": torch.empty(1, most_splits, H, V, device="cuda"),
               "out": torch.empty(1, H, V, device="cuda", dtype=bf)}
     sets = [{**shared, "kv": kvs[i % kv_copies],
              "idx": torch.randperm(T, device="cuda", generator=g)[:K].reshape(1, K)} for i in range(variants)]
-    run(partial, sets[0])
-    run(combine, sets[0])
-    torch.cuda.synchronize()
-    rows = sets[0]["kv"][sets[0]["idx"][0]].float()
-    p = torch.softmax(shared["q"][0].float() @ rows.T * scale, -1)
-    rel = _rel(shared["out"][0].float(), (p @ rows[:, :V]).double())
-    part_bytes = K * D * 2 + K * 8 + H * D * 2 + splits * H * (2 + V) * 4
-    comb_bytes = splits * H * (2 + V) * 4 + H * V * 2
+    ref = dsa_reference(shared["q"], sets[0]["kv"], sets[0]["idx"], scale, V)
+    op_bytes = K * D * 2 + K * 8 + H * D * 2 + H * V * 2  # rows, indices, q, out
     results = []
-    for name, launches, nbytes in (("partial", [partial], part_bytes), ("combine", [combine], comb_bytes),
-                                   ("partial+combine", [partial, combine], part_bytes + comb_bytes)):
-        cold, hot = _time(run, lambda i, ls=launches: [(l, sets[i]) for l in ls], variants)
-        res = {"piece": "dsa", "kernel": name, "T": T, "grid": [list(l.grid) for l in launches],
-               "us": round(cold, 2), "hot_us": round(hot, 2), **_limit(nbytes, cold), "rel_err": rel}
-        results.append(res)
-        print(json.dumps(res), flush=True)
+    pass_rows = dsa_mma_rows("bf16", 1, D, V)
+    kernel_sets = [("pass", dsa_launches("bf16", 1, H, D, T, K, V, scale), True)]
+    kernel_sets += [(f"mma_r{r}", dsa_launches("bf16", 1, H, D, T, K, V, scale, rows=r), False)
+                    for r in (16, 32, 64, 128) if r != pass_rows]
+    kernel_sets += [("fma", dsa_launches("bf16", 1, H, D, T, K, V, scale, fma=True), False)]
+    for label, (partial, combine), is_pass in kernel_sets:
+        splits = partial.grid[0]
+        rel = _rel(_dsa_run(run, (partial, combine), sets[0])[0].float(), ref[0])
+        part_bytes = K * D * 2 + K * 8 + H * D * 2 + splits * H * (2 + V) * 4
+        comb_bytes = splits * H * (2 + V) * 4 + H * V * 2
+        for name, launches, nbytes in (("partial", [partial], part_bytes), ("combine", [combine], comb_bytes),
+                                       ("partial+combine", [partial, combine], part_bytes + comb_bytes)):
+            if not is_pass and name != "partial+combine":
+                continue
+            cold, hot = _time(run, lambda i, ls=launches: [(l, sets[i]) for l in ls], variants)
+            res = {"piece": "dsa", "kernel": f"{name} [{label}: {partial.entry}]", "T": T,
+                   "grid": [list(l.grid) for l in launches], "pass_grid": is_pass,
+                   "us": round(cold, 2), "hot_us": round(hot, 2), **_limit(nbytes, cold),
+                   "op_limit_us": round(op_bytes / (BANDWIDTH_GBS * 1e3), 2), "rel_err": rel}
+            results.append(res)
+            print(json.dumps(res), flush=True)
     return results
 
 
@@ -350,7 +454,7 @@ def bench_topk(ptx_dir: Path, T: int) -> dict:
 def _table(results: list[dict]) -> str:
     lines = ["| piece | kernel | T | grid | µs | hot µs | limit µs | limit ÷ µs | check |", "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
-        if r["piece"] == "indexer_check":
+        if r["piece"] in ("indexer_check", "dsa_check"):
             continue
         check = ""
         if "rel_err" in r:
@@ -388,6 +492,7 @@ def main(argv=None) -> int:
             results += bench_indexer(run, T)
             torch.cuda.empty_cache()
     if "dsa" in pieces:
+        results += check_dsa_shapes(run)
         for T in contexts:
             results += bench_dsa(run, T)
             torch.cuda.empty_cache()
@@ -398,7 +503,7 @@ def main(argv=None) -> int:
         for T in contexts:
             results.append(bench_topk(ptx_dir, T))
     print(_table(results))
-    bad = [r for r in results if r["piece"] == "indexer_check" and not r["ok"]]
+    bad = [r for r in results if r["piece"] in ("indexer_check", "dsa_check") and not r["ok"]]
     if a.json:
         meta = {"device": torch.cuda.get_device_name(), "bandwidth_gbs": BANDWIDTH_GBS, "torch": torch.__version__}
         Path(a.json).write_text(json.dumps({"meta": meta, "results": results}, indent=2))

@@ -8,6 +8,20 @@
 //            the running max m, sum l and V-wide accumulator (online softmax); writes m, l, acc.
 //   combine  grid (H, S): merges the splits of one (query, head) and writes out.
 // Type T_ is the dtype of q, kv and out (f32 or bf16); arithmetic is f32.
+//
+// bf16 tensor-core form (day0_dsa_{partial,combine}_bf16_mma, FlashMLA-style), taken by the pass
+// for bf16 when D % 8 == 0, V % 8 == 0, V <= D and V <= 512:
+//   partial  grid (splits, ceil(H/64), S), push constant `rows` = slots per split (the pass: 32 at
+//            decode, 128 for prefill): one CTA takes all (up to 64) heads of one query, so each
+//            gathered row is read once per CTA. Tiles of 16 rows are copied to shared memory with
+//            cp.async (double-buffered, empty slots zero-filled); warp w owns heads 8w..8w+7:
+//            scores[16 rows, 8 heads] = rows · qᵀ on mma.sync m16n8k16 (A = rows via ldmatrix, B
+//            = q held in registers, f32 accumulation, scale applied in f32), online softmax in f32
+//            (base 2), then accᵀ[v, 8 heads] += rowsᵀ[v, 16] · P[16, 8 heads] (A = rows via
+//            ldmatrix.trans, B = P rounded to bf16 and transposed in registers with movmatrix).
+//            Writes m (log2 units), l and the unnormalised acc per (split, head).
+//   combine  grid (ceil(V/64), H, S): merges the splits of 64 values of one (query, head).
+// It differs from the f32-arithmetic kernels by P's rounding to bf16 in the P·V product.
 
 #include <cuda_bf16.h>
 
@@ -138,3 +152,245 @@ __device__ void dsa_combine(const float* __restrict__ part_ml, const float* __re
 
 DSA_KERNELS(f32, float)
 DSA_KERNELS(bf16, __nv_bfloat16)
+
+// ---------------------------------------------------------------------------------------------
+// Tensor-core kernels (bf16 q, kv and out).
+
+#define MMA_HEADS 64              // heads per CTA: 8 warps × 8 heads
+#define MMA_TILE 16               // rows per tile (the mma's M of the scores, K of P·V)
+#define MMA_MAX_V 512             // accumulator: 8 heads × 512 values a warp = 128 floats a lane
+#define MMA_KSTEPS (MAX_D / 16)   // k-steps of the score mma (q fragments held in registers)
+#define MMA_STRIDE (MAX_D + 8)    // shared row stride in bf16: 1168 B, 8 rows hit distinct banks
+#define MMA_CHAINS 4              // independent score accumulators (mma latency)
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], unsigned a0, unsigned a1, unsigned a2,
+                                         unsigned a3, unsigned b0, unsigned b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void ldsm_x4_trans(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// The transpose of an 8×8 b16 matrix held in mma fragment order (lane g, t: row g, cols 2t, 2t+1).
+__device__ __forceinline__ unsigned movmatrix_trans(unsigned x) {
+  unsigned y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(y) : "r"(x));
+  return y;
+}
+
+__device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (lo) in the low half
+  return *reinterpret_cast<unsigned*>(&v);
+}
+
+// 16 bytes global -> shared, bypassing L1; src_bytes 0 writes zeros.
+__device__ __forceinline__ void cp_async16(unsigned dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return (unsigned)__cvta_generic_to_shared(p);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+day0_dsa_partial_bf16_mma(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kv,
+                          const long long* __restrict__ idx, float* __restrict__ part_ml,
+                          float* __restrict__ part_acc, int H, int D, int K, int V, int T,
+                          int scale_bits, int rows) {
+  __shared__ __align__(16) __nv_bfloat16 tile[2][MMA_TILE][MMA_STRIDE];
+  __shared__ int valid[2][MMA_TILE];
+  const int split = blockIdx.x, s = blockIdx.z, splits = gridDim.x;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const float scale_log2 = __int_as_float(scale_bits) * 1.4426950408889634f;
+  const int first = split * rows, last = min(first + rows, K);
+  const int ntiles = last > first ? (last - first + MMA_TILE - 1) / MMA_TILE : 0;
+  const int dpad = (D + 15) & ~15, nk = dpad / 16, nv = (V + 15) / 16;
+  const long long* sel = idx + (size_t)s * K;
+
+  // k padding [D, dpad) (8 columns when D % 16 == 8): zeros, never written by the row copies
+  if (dpad > D && threadIdx.x < 2 * MMA_TILE)
+    *reinterpret_cast<uint4*>(&tile[threadIdx.x / MMA_TILE][threadIdx.x % MMA_TILE][D]) =
+        make_uint4(0u, 0u, 0u, 0u);
+
+  // tile tt (rows first + 16 tt ..) into buffer b: D / 8 16-byte pieces a row; empty slots -> 0
+  auto load_tile = [&](int tt, int b) {
+    const int j0 = first + tt * MMA_TILE, pieces = D / 8;
+    for (int i = threadIdx.x; i < MMA_TILE * pieces; i += THREADS) {
+      const int r = i / pieces, c = i - r * pieces, j = j0 + r;
+      const long long row = j < last ? sel[j] : -1;
+      const bool ok = row >= 0 && row < T;
+      cp_async16(smem_addr(&tile[b][r][c * 8]), kv + (ok ? (size_t)row * D + c * 8 : 0), ok ? 16 : 0);
+      if (c == 0) valid[b][r] = ok;
+    }
+    cp_async_commit();
+  };
+  if (ntiles > 0) load_tile(0, 0);
+
+  // B fragments of q: lane (g, t) holds q[head 8 warp + g, 16 c + 2t (+1), (+8, +9)] as bf16 pairs
+  const int h = blockIdx.y * MMA_HEADS + warp * 8 + g;
+  const unsigned* qrow = reinterpret_cast<const unsigned*>(q + ((size_t)s * H + min(h, H - 1)) * D);
+  unsigned qf[MMA_KSTEPS][2];
+#pragma unroll
+  for (int c = 0; c < MMA_KSTEPS; ++c) {
+    const int d0 = 16 * c + 2 * t;
+    qf[c][0] = h < H && d0 < D ? qrow[d0 / 2] : 0u;
+    qf[c][1] = h < H && d0 + 8 < D ? qrow[d0 / 2 + 4] : 0u;
+  }
+
+  float acc[MMA_MAX_V / 16][4];  // accᵀ tile vt: values 16 vt + g (+8) × heads 2t, 2t + 1
+#pragma unroll
+  for (int vt = 0; vt < MMA_MAX_V / 16; ++vt) acc[vt][0] = acc[vt][1] = acc[vt][2] = acc[vt][3] = 0.0f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // heads 2t, 2t+1 (log2 units)
+  // ldmatrix row addresses: scores A = rows [16 rows, 16 d]; P·V A = rowsᵀ [16 v, 16 rows]
+  const int sr = lane & 15, sc = (lane >> 4) * 8;
+  const int vr = (lane & 7) + ((lane >> 4) << 3), vc = ((lane >> 3) & 1) * 8;
+
+  for (int tt = 0; tt < ntiles; ++tt) {
+    const int b = tt & 1;
+    if (tt + 1 < ntiles) {
+      load_tile(tt + 1, b ^ 1);  // buffer b ^ 1 was released by the sync ending tile tt - 1
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    float part[MMA_CHAINS][4];
+#pragma unroll
+    for (int k = 0; k < MMA_CHAINS; ++k) part[k][0] = part[k][1] = part[k][2] = part[k][3] = 0.0f;
+    const unsigned abase = smem_addr(&tile[b][sr][sc]);
+#pragma unroll
+    for (int c = 0; c < MMA_KSTEPS; ++c) {
+      if (c < nk) {
+        unsigned a[4];
+        ldsm_x4(a, abase + c * 32);
+        mma_bf16(part[c % MMA_CHAINS], a[0], a[1], a[2], a[3], qf[c][0], qf[c][1]);
+      }
+    }
+    // x: rows g (x0, x1) and g + 8 (x2, x3) × heads 2t, 2t + 1; scaled to log2 units
+    float x[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float v = 0.0f;
+#pragma unroll
+      for (int k = 0; k < MMA_CHAINS; ++k) v += part[k][i];
+      x[i] = v * scale_log2;
+    }
+    const bool ok0 = valid[b][g], ok1 = valid[b][g + 8];
+    float mx0 = fmaxf(ok0 ? x[0] : -INFINITY, ok1 ? x[2] : -INFINITY);
+    float mx1 = fmaxf(ok0 ? x[1] : -INFINITY, ok1 ? x[3] : -INFINITY);
+#pragma unroll
+    for (int o = 4; o < 32; o <<= 1) {
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o));
+    }
+    const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+    // corr: 1 while nothing valid yet (acc and l are 0 then), else 2^(m - m_new) (0 from -inf)
+    const float c0 = n0 == -INFINITY ? 1.0f : exp2f(m0 - n0);
+    const float c1 = n1 == -INFINITY ? 1.0f : exp2f(m1 - n1);
+    const float p0 = ok0 ? exp2f(x[0] - n0) : 0.0f, p1 = ok0 ? exp2f(x[1] - n1) : 0.0f;
+    const float p2 = ok1 ? exp2f(x[2] - n0) : 0.0f, p3 = ok1 ? exp2f(x[3] - n1) : 0.0f;
+    l0 = l0 * c0 + p0 + p2;
+    l1 = l1 * c1 + p1 + p3;
+    m0 = n0;
+    m1 = n1;
+    // B = P [16 rows, 8 heads]: lane (g, t) needs rows 2t, 2t+1 (+8) of head g: transpose
+    const unsigned b0 = movmatrix_trans(pack_bf16(p0, p1)), b1 = movmatrix_trans(pack_bf16(p2, p3));
+    const unsigned vbase = smem_addr(&tile[b][vr][vc]);
+#pragma unroll
+    for (int vt = 0; vt < MMA_MAX_V / 16; ++vt) {
+      if (vt < nv) {
+        acc[vt][0] *= c0;
+        acc[vt][1] *= c1;
+        acc[vt][2] *= c0;
+        acc[vt][3] *= c1;
+        unsigned a[4];
+        ldsm_x4_trans(a, vbase + vt * 32);
+        mma_bf16(acc[vt], a[0], a[1], a[2], a[3], b0, b1);
+      }
+    }
+    __syncthreads();  // buffer b is refilled by the next iteration's prefetch
+  }
+
+#pragma unroll
+  for (int o = 4; o < 32; o <<= 1) {  // l over the rows the lanes g = 0..7 summed
+    l0 += __shfl_xor_sync(0xffffffffu, l0, o);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, o);
+  }
+  const size_t base = ((size_t)s * splits + split) * H;
+  const int hA = blockIdx.y * MMA_HEADS + warp * 8 + 2 * t, hB = hA + 1;
+  if (g == 0) {
+    if (hA < H) { part_ml[(base + hA) * 2] = m0; part_ml[(base + hA) * 2 + 1] = l0; }
+    if (hB < H) { part_ml[(base + hB) * 2] = m1; part_ml[(base + hB) * 2 + 1] = l1; }
+  }
+  float* outA = part_acc + (base + hA) * V;
+  float* outB = part_acc + (base + hB) * V;
+#pragma unroll
+  for (int vt = 0; vt < MMA_MAX_V / 16; ++vt) {
+    const int v = 16 * vt + g;
+    if (vt < nv) {
+      if (hA < H && v < V) outA[v] = acc[vt][0];
+      if (hB < H && v < V) outB[v] = acc[vt][1];
+      if (hA < H && v + 8 < V) outA[v + 8] = acc[vt][2];
+      if (hB < H && v + 8 < V) outB[v + 8] = acc[vt][3];
+    }
+  }
+}
+
+// grid (ceil(V / 64), H, S): lane -> values v, v + 1 of a 64-value block; warp -> splits w + 8 i.
+// m is in log2 units (the partial's); a split with no valid slot has m = -inf, l = 0, acc = 0.
+extern "C" __global__ void __launch_bounds__(THREADS)
+day0_dsa_combine_bf16_mma(const float* __restrict__ part_ml, const float* __restrict__ part_acc,
+                          __nv_bfloat16* __restrict__ out, int H, int V, int splits) {
+  __shared__ float2 red[WARPS][32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int h = blockIdx.y, s = blockIdx.z, v = blockIdx.x * 64 + 2 * lane;
+  const float* ml = part_ml + ((size_t)s * splits * H + h) * 2;  // split i at ml[2 H i]
+  float mx = -INFINITY;
+  for (int i = lane; i < splits; i += 32) mx = fmaxf(mx, ml[(size_t)2 * H * i]);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  float l = 0.0f;
+  for (int i = lane; i < splits; i += 32) {
+    const float mi = ml[(size_t)2 * H * i];
+    l += mi > -INFINITY ? exp2f(mi - mx) * ml[(size_t)2 * H * i + 1] : 0.0f;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+  float2 o2 = make_float2(0.0f, 0.0f);
+  if (v < V) {
+    const float* a = part_acc + ((size_t)s * splits * H + h) * V + v;  // split i at a[H V i]
+#pragma unroll 4
+    for (int i = warp; i < splits; i += WARPS) {
+      const float mi = ml[(size_t)2 * H * i];
+      const float w = mi > -INFINITY ? exp2f(mi - mx) : 0.0f;
+      const float2 x = *reinterpret_cast<const float2*>(a + (size_t)H * V * i);
+      o2.x += w * x.x;
+      o2.y += w * x.y;
+    }
+  }
+  red[warp][lane] = o2;
+  __syncthreads();
+  if (warp == 0 && v < V) {
+    float2 sum = red[0][lane];
+#pragma unroll
+    for (int w = 1; w < WARPS; ++w) { sum.x += red[w][lane].x; sum.y += red[w][lane].y; }
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    *reinterpret_cast<__nv_bfloat162*>(&out[((size_t)s * H + h) * V + v]) =
+        __floats2bfloat162_rn(sum.x * inv, sum.y * inv);
+  }
+}

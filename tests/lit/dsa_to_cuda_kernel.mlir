@@ -1,14 +1,27 @@
 // RUN: day0-opt %s --pass-pipeline='builtin.module(dsa-to-cuda-kernel)' | filecheck %s
 // RUN: day0-opt %s --pass-pipeline='builtin.module(dsa-to-cuda-kernel)' | filecheck %s --check-prefix=GONE
+// RUN: day0-opt %s --pass-pipeline='builtin.module(dsa-to-cuda-kernel{tensor-cores=false})' | filecheck %s --check-prefix=FMA
+
+// tensor-cores=false: every site on the f32-arithmetic kernels (bf16 decode: 1 split of 128
+// slots, 4 groups of 4 heads).
+// FMA-NOT: _bf16_mma[
+// FMA-LABEL: func.func private @day0_dsa_bf16_H16_D72_T100_K100_V64_s3e000000(
+// FMA: flow.dispatch @day0_dsa_attention::@day0_dsa_partial_bf16[%c1, %c4, %dim]
+// FMA: flow.dispatch @day0_dsa_attention::@day0_dsa_combine_bf16[%c16, %dim]
+// FMA-LABEL: func.func private @day0_dsa_bf16_H4_D64_T32_K16_V64_s3f000000(
+// FMA: flow.dispatch @day0_dsa_attention::@day0_dsa_partial_bf16[%c1, %c1{{.*}}, %dim]
+// FMA-NOT: _bf16_mma[
 
 // GONE-NOT: torch.day0.dsa_attention
 // GONE: hal.executable.source private @day0_dsa_attention
 // GONE-NOT: torch.day0.dsa_attention
 
-// The partial kernel: q, kv, indices read-only; (m, l) and acc written; 6 constants. The combine
-// kernel: the partials read-only, the output written; 3 constants.
+// The partial kernel: q, kv, indices read-only; (m, l) and acc written; 6 constants (the
+// tensor-core one: 7, with the slots per split). The combine kernels: the partials read-only, the
+// output written; 3 constants.
 // CHECK: #pipeline_layout = #hal.pipeline.layout<constants = 6, bindings = [#hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer>, #hal.pipeline.binding<storage_buffer>]>
 // CHECK: #pipeline_layout1 = #hal.pipeline.layout<constants = 3, bindings = [#hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer>]>
+// CHECK: #pipeline_layout2 = #hal.pipeline.layout<constants = 7, bindings = [#hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer>, #hal.pipeline.binding<storage_buffer>]>
 
 // Decode (S = 1, f32): static shapes are cast to the function's dynamic S and back; the scale
 // and value_dim constants go away with the op.
@@ -38,7 +51,27 @@ func.func @prefill(%q: !torch.vtensor<[?,4,64],bf16>, %kv: !torch.vtensor<[32,64
 // CHECK-LABEL: func.func @prefill(
 // CHECK: [[I64:%.+]] = torch.aten.to.dtype %arg2, %int4, {{.*}} -> !torch.vtensor<[?,16],si64>
 // CHECK: [[IB:%.+]] = torch_c.to_builtin_tensor [[I64]] : !torch.vtensor<[?,16],si64> -> tensor<?x16xi64>
-// CHECK: call @day0_dsa_bf16_H4_D64_T32_K16_V64_s3f000000({{.*}}, {{.*}}, [[IB]]) : (tensor<?x4x64xbf16>, tensor<32x64xbf16>, tensor<?x16xi64>) -> tensor<?x4x64xbf16>
+// CHECK: call @day0_dsa_bf16_H4_D64_T32_K16_V64_s3f000000_r128({{.*}}, {{.*}}, [[IB]]) : (tensor<?x4x64xbf16>, tensor<32x64xbf16>, tensor<?x16xi64>) -> tensor<?x4x64xbf16>
+
+// bf16 decode (static S = 1): the tensor-core kernels with 32 slots per split.
+func.func @decode_bf16(%q: !torch.vtensor<[1,16,72],bf16>, %kv: !torch.vtensor<[100,72],bf16>, %idx: !torch.vtensor<[1,100],si64>) -> !torch.vtensor<[1,16,64],bf16> {
+  %scale = torch.constant.float 0.125
+  %v = torch.constant.int 64
+  %o = torch.operator "torch.day0.dsa_attention"(%q, %kv, %idx, %scale, %v) : (!torch.vtensor<[1,16,72],bf16>, !torch.vtensor<[100,72],bf16>, !torch.vtensor<[1,100],si64>, !torch.float, !torch.int) -> !torch.vtensor<[1,16,64],bf16>
+  return %o : !torch.vtensor<[1,16,64],bf16>
+}
+// CHECK-LABEL: func.func @decode_bf16(
+// CHECK: call @day0_dsa_bf16_H16_D72_T100_K100_V64_s3e000000_r32(
+
+// bf16 with D % 8 != 0: the f32-arithmetic kernels.
+func.func @odd_bf16(%q: !torch.vtensor<[1,4,60],bf16>, %kv: !torch.vtensor<[50,60],bf16>, %idx: !torch.vtensor<[1,20],si64>) -> !torch.vtensor<[1,4,32],bf16> {
+  %scale = torch.constant.float 0.125
+  %v = torch.constant.int 32
+  %o = torch.operator "torch.day0.dsa_attention"(%q, %kv, %idx, %scale, %v) : (!torch.vtensor<[1,4,60],bf16>, !torch.vtensor<[50,60],bf16>, !torch.vtensor<[1,20],si64>, !torch.float, !torch.int) -> !torch.vtensor<[1,4,32],bf16>
+  return %o : !torch.vtensor<[1,4,32],bf16>
+}
+// CHECK-LABEL: func.func @odd_bf16(
+// CHECK: call @day0_dsa_bf16_H4_D60_T50_K20_V32_s3e000000(
 
 // CHECK: hal.executable.source private @day0_dsa_attention <objects = <{#executable_target_cuda_nvptx_fb = [#hal.executable.object<{path = "dsa_attention.sm_90.ptx", data = dense<"0x{{[0-9A-F]+}}">
 // CHECK: hal.executable.export public @day0_dsa_partial_f32 ordinal(0) layout(#pipeline_layout) count({{.*}}: !hal.device, [[X:%.+]]: index, [[Y:%.+]]: index, [[Z:%.+]]: index)
@@ -46,12 +79,28 @@ func.func @prefill(%q: !torch.vtensor<[?,4,64],bf16>, %kv: !torch.vtensor<[32,64
 // CHECK: hal.executable.export public @day0_dsa_combine_f32 ordinal(1) layout(#pipeline_layout1)
 // CHECK: hal.executable.export public @day0_dsa_partial_bf16 ordinal(2)
 // CHECK: hal.executable.export public @day0_dsa_combine_bf16 ordinal(3)
+// CHECK: hal.executable.export public @day0_dsa_partial_bf16_mma ordinal(4) layout(#pipeline_layout2) count({{.*}}: !hal.device, [[X:%.+]]: index, [[Y:%.+]]: index, [[Z:%.+]]: index)
+// CHECK: hal.executable.export public @day0_dsa_combine_bf16_mma ordinal(5) layout(#pipeline_layout1) count({{.*}}: !hal.device, [[X:%.+]]: index, [[Y:%.+]]: index, [[Z:%.+]]: index)
+// CHECK: hal.return [[X]], [[Y]], [[Z]] : index, index, index
 
-// bf16 prefill: 1 split of 128 slots, 1 group of 4 heads; combine over (H, S).
-// CHECK-LABEL: func.func private @day0_dsa_bf16_H4_D64_T32_K16_V64_s3f000000(
+// (the functions in name order)
+// bf16 decode, tensor cores: K = 100 -> 4 splits of 32 slots; combine grid (1, 16, S).
+// CHECK-LABEL: func.func private @day0_dsa_bf16_H16_D72_T100_K100_V64_s3e000000_r32(
+// CHECK: flow.dispatch @day0_dsa_attention::@day0_dsa_partial_bf16_mma[%c4, %c1{{.*}}, %dim](%c16_i32, %c72_i32, %c100_i32, %c64_i32, %c100_i32{{.*}}, %c1040187392_i32, %c32_i32, %arg0, %arg1, %arg2)
+// CHECK-SAME: -> (tensor<?x4x16x2xf32>{%dim}, tensor<?x4x16x64xf32>{%dim})
+// CHECK: flow.dispatch @day0_dsa_attention::@day0_dsa_combine_bf16_mma[%c1{{.*}}, %c16, %dim](%c16_i32, %c64_i32, %c4_i32,
+
+// bf16, D % 8 != 0: the f32-arithmetic kernels, 1 split of 128 slots, 1 group of 4 heads.
+// CHECK-LABEL: func.func private @day0_dsa_bf16_H4_D60_T50_K20_V32_s3e000000(
+// CHECK: flow.dispatch @day0_dsa_attention::@day0_dsa_partial_bf16[%c1, %c1{{.*}}, %dim]
+// CHECK: flow.dispatch @day0_dsa_attention::@day0_dsa_combine_bf16[%c4, %dim]
+
+// bf16 prefill, tensor cores: 1 split of 128 slots, 1 group of 64 heads, 7 constants (H, D, K,
+// V, T, scale bits, rows); combine over (ceil(V/64), H, S).
+// CHECK-LABEL: func.func private @day0_dsa_bf16_H4_D64_T32_K16_V64_s3f000000_r128(
 // CHECK: [[S:%.+]] = tensor.dim %arg0, %c0 : tensor<?x4x64xbf16>
-// CHECK: [[ML:%.+]]:2 = flow.dispatch @day0_dsa_attention::@day0_dsa_partial_bf16[%c1, %c1{{.*}}, [[S]]]({{.*}}, %arg0, %arg1, %arg2) : ({{.*}}) -> (tensor<?x1x4x2xf32>{[[S]]}, tensor<?x1x4x64xf32>{[[S]]})
-// CHECK: flow.dispatch @day0_dsa_attention::@day0_dsa_combine_bf16[%c4, [[S]]]({{.*}}, [[ML]]#0, [[ML]]#1) : ({{.*}}) -> tensor<?x4x64xbf16>{[[S]]}
+// CHECK: [[ML:%.+]]:2 = flow.dispatch @day0_dsa_attention::@day0_dsa_partial_bf16_mma[%c1, %c1{{.*}}, [[S]]](%c4_i32, %c64_i32, %c16_i32, %c64_i32{{.*}}, %c32_i32, %c1056964608_i32, %c128_i32, %arg0, %arg1, %arg2) : ({{.*}}) -> (tensor<?x1x4x2xf32>{[[S]]}, tensor<?x1x4x64xf32>{[[S]]})
+// CHECK: flow.dispatch @day0_dsa_attention::@day0_dsa_combine_bf16_mma[%c1{{.*}}, %c4, [[S]]]({{.*}}, %c1_i32, [[ML]]#0, [[ML]]#1) : ({{.*}}) -> tensor<?x4x64xbf16>{[[S]]}
 
 // f32 decode: K = 300 slots -> 3 splits of 128; 8 heads -> 2 groups; scale 0.125 as its f32 bits.
 // CHECK-LABEL: func.func private @day0_dsa_f32_H8_D96_T64_K300_V64_s3e000000(
