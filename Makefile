@@ -30,6 +30,7 @@ bench: install
 	$(VPY) -m day0.tools.bench --workdir .cache/bench
 	$(VPY) -m day0.tools.bench_mxfp4 --json .cache/bench/mxfp4.json
 	$(VPY) -m day0.tools.bench_memory --workdir .cache/bench-memory
+	$(VPY) -m day0.tools.bench_glm5 --workdir .cache/bench-glm5
 
 # The GPU benchmark package: compiled here, run on a GPU host with PyTorch and no IREE compiler
 # (HOST_PY: the host's Python, for the runtime and transformers wheels; the e2e piece's oracle). Then: sh $(BENCH_GPU)/run.sh on the host,

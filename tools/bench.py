@@ -48,20 +48,25 @@ def bench_transformers(checkpoint: Path, prompt: np.ndarray, steps: int, repeats
     from transformers import DeepseekV32ForCausalLM
 
     model = DeepseekV32ForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    return time_transformers(model, prompt, steps, repeats)
+
+
+def time_transformers(model, prompt: np.ndarray, steps: int, repeats: int) -> dict:
+    """Prefill and decode tokens/s of a transformers model with its cache (logits read each step)."""
     ids = torch.as_tensor(prompt)[None]
 
     @torch.no_grad()
     def prefill():
-        return model(ids, use_cache=True)
+        return model(input_ids=ids, use_cache=True)
 
     @torch.no_grad()
     def decode():
-        out = model(ids, use_cache=True)
+        out = model(input_ids=ids, use_cache=True)
         cache = out.past_key_values
         t = time.perf_counter()
         for i in range(steps):
             tok = torch.tensor([[int(prompt[i % len(prompt)])]])
-            out = model(tok, past_key_values=cache, use_cache=True)
+            out = model(input_ids=tok, past_key_values=cache, use_cache=True)
             cache = out.past_key_values
             out.logits[0, -1].numpy()
         return time.perf_counter() - t
@@ -104,17 +109,23 @@ def limits(checkpoint: Path, prompt_len: int, steps: int, rates: dict) -> dict:
             "decode_bytes_per_step": active + row * context}
 
 
+def arguments(prog: str, workdir: str, prompt_len: int, decode_steps: int, repeats: int) -> argparse.ArgumentParser:
+    """The options every CPU benchmark takes."""
+    p = argparse.ArgumentParser(prog=prog)
+    p.add_argument("--workdir", default=workdir)
+    p.add_argument("--prompt-len", type=int, default=prompt_len)
+    p.add_argument("--decode-steps", type=int, default=decode_steps)
+    p.add_argument("--repeats", type=int, default=repeats)
+    p.add_argument("--json", default=None, help="write results here (default WORKDIR/bench.json)")
+    return p
+
+
 def main(argv=None) -> int:
     from day0.lowering.build import BuildOptions, compile_checkpoint
     from day0.models.demo_checkpoint import ensure_demo_checkpoint
 
-    p = argparse.ArgumentParser(prog="day0-bench")
-    p.add_argument("--workdir", default=".cache/bench")
-    p.add_argument("--prompt-len", type=int, default=128)
-    p.add_argument("--decode-steps", type=int, default=64)
-    p.add_argument("--repeats", type=int, default=5)
+    p = arguments("day0-bench", ".cache/bench", 128, 64, 5)
     p.add_argument("--devices", nargs="+", default=["local-task", "local-sync"])
-    p.add_argument("--json", default=None, help="write results here (default WORKDIR/bench.json)")
     a = p.parse_args(argv)
 
     work = Path(a.workdir)

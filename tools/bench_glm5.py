@@ -1,0 +1,66 @@
+"""`make bench`, glm5_next part: a small GLM-5.3-Flash-shaped text model on this CPU, day0's compiled
+artifact vs transformers eager (Glm5NextForConditionalGeneration, text only, float32) on the same
+checkpoint, prefill and decode tokens/s side by side in one run. Goal (issue 5): decode >= 3x.
+
+The model: 4 layers (KDA, DSA full indexer, DSA shared indexer, KDA), hidden 256, 8 heads,
+16 experts top-4 + 1 shared, k-pool 8, top-64 tokens, 2 residual streams; random weights from the
+tiny-checkpoint writer (tie-free selections), prompt 256 tokens, then greedy-length decode steps.
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from day0.tools.bench import arguments, bench_day0, time_transformers
+
+SMALL = dict(vocab_size=1024, hidden_size=256, intermediate_size=512, moe_intermediate_size=256,
+             num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=8, q_lora_rank=128,
+             kv_lora_rank=64, qk_nope_head_dim=32, v_head_dim=32, n_routed_experts=16,
+             num_experts_per_tok=4, index_topk=64, index_head_dim=32, index_n_heads=8, index_kpool=8,
+             layer_types=["linear_attention", "indexed_attention", "indexed_attention", "linear_attention"],
+             indexer_types=["full", "full", "shared", "full"],
+             mlp_layer_types=["dense", "sparse", "sparse", "sparse"],
+             linear_head_dim=32, linear_num_heads=8, hc_mult=2)
+MAX_SEQ_LEN = 512
+
+
+def bench_transformers(checkpoint: Path, prompt: np.ndarray, steps: int, repeats: int) -> dict:
+    from transformers import Glm5NextForConditionalGeneration
+
+    model = Glm5NextForConditionalGeneration.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    return time_transformers(model, prompt, steps, repeats)
+
+
+def main(argv=None) -> int:
+    from day0.lowering.build import BuildOptions, compile_checkpoint
+    from day0.models.glm5_next_checkpoint import write_tiny_glm5_next_checkpoint
+
+    a = arguments("day0-bench-glm5", ".cache/bench-glm5", 256, 32, 3).parse_args(argv)
+
+    work = Path(a.workdir)
+    ckpt = work / "checkpoint"
+    if not (ckpt / "config.json").exists():
+        write_tiny_glm5_next_checkpoint(ckpt, SMALL, seed=0)
+    artifact = work / "artifact"
+    if not (artifact / "manifest.json").exists():
+        compile_checkpoint(ckpt, artifact, BuildOptions(max_seq_len=MAX_SEQ_LEN))
+    prompt = np.random.default_rng(0).integers(0, SMALL["vocab_size"], a.prompt_len).astype(np.int64)
+    ours = bench_day0(artifact, prompt, a.decode_steps, a.repeats, "local-task")
+    ref = bench_transformers(ckpt, prompt, a.decode_steps, a.repeats)
+    print(f"\nglm5_next small (4 layers, hidden 256, 16 experts), prompt {a.prompt_len}, "
+          f"{a.decode_steps} decode steps, max_seq_len {MAX_SEQ_LEN}, CPU local-task")
+    print(f"{'metric':<15}{'day0':>10}{'transformers':>14}{'vs eager':>10}")
+    for k in ("prefill_tok_s", "decode_tok_s"):
+        print(f"{k:<15}{ours[k]:>10.1f}{ref[k]:>14.1f}{ours[k] / ref[k]:>9.2f}x")
+    out = Path(a.json) if a.json else work / "bench.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"day0": ours, "transformers": ref, "config": SMALL,
+                               "prompt_len": a.prompt_len, "decode_steps": a.decode_steps}, indent=2))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
