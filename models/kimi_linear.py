@@ -4,7 +4,9 @@ model), MoE with shared experts and sigmoid group-limited routing, export-friend
 The module tree mirrors the checkpoint's tensor names exactly, as Moonshot's checkpoints and
 transformers' save_pretrained write them: `model.layers.{i}.self_attn.*` (KDA: q/k/v_conv1d,
 f_a_proj, A_log, ...; MLA: kv_a_proj_with_mqa, ...), `model.layers.{i}.block_sparse_moe.*` for
-the MoE (experts.{e}.w1/w2/w3, gate, shared_experts); the dense MLP of the first layers is
+the MoE (experts.{e}.w1/w2/w3, gate, shared_experts; the routed experts f32/bf16 or MXFP4 in the
+compressed-tensors layout, `w1.weight_packed`/`weight_scale`, as Kimi K3 ships them or
+`day0 quantize` writes them); the dense MLP of the first layers is
 `mlp.*` in Moonshot's checkpoints and `block_sparse_moe.*` in transformers' (`dense_mlp_name`).
 
 State is explicit, one functional entry point for prefill and decode:
@@ -26,7 +28,7 @@ from day0.models.config import ConfigError, require
 from day0.models.kda import KdaAttention
 from day0.models.layers import MLP, RMSNorm
 from day0.models.mla import NopeMLA
-from day0.models.moe import Experts, MoE, Router
+from day0.models.moe import Experts, MoE, Mxfp4Expert, Mxfp4Experts, Router
 
 MODEL_TYPE = "kimi_linear"
 LAYER_TYPES = ("linear_attention", "full_attention")
@@ -39,8 +41,7 @@ def parse_config(raw: dict):
     import transformers
 
     require(raw.get("model_type") == MODEL_TYPE, "model_type", f"expected '{MODEL_TYPE}'")
-    require("quantization_config" not in raw, "quantization_config",
-            f"quantized checkpoints are not supported for {MODEL_TYPE} (only unquantized weights)")
+    expert_format = routed_expert_format(raw)
     # Fields of Moonshot's config that transformers ignores: a value other than the one its
     # implementation hard-codes would silently give a different model.
     require(raw.get("mla_use_nope", True) is True, "mla_use_nope",
@@ -49,12 +50,13 @@ def parse_config(raw: dict):
     require(raw.get("moe_router_activation_func", "sigmoid") == "sigmoid", "moe_router_activation_func",
             f"'{raw.get('moe_router_activation_func')}' is not supported (only sigmoid)")
     _check_layer_lists(raw)
-    fields = {k: v for k, v in raw.items() if k != "model_type"}
+    fields = {k: v for k, v in raw.items() if k not in ("model_type", "quantization_config")}
     try:
         cfg = transformers.KimiLinearConfig(**fields)
     except Exception as e:  # strict dataclass validation: name the field it complains about
         raise ConfigError(f"config.json: invalid {MODEL_TYPE} config: {e}") from None
     cfg.day0_dense_mlp_name = dense_mlp_name(raw)
+    cfg.day0_expert_format = expert_format
     require(cfg.hidden_act == "silu", "hidden_act", f"'{cfg.hidden_act}' is not supported (only silu)")
     _check_layer_kinds("layer_types", cfg.layer_types, LAYER_TYPES, cfg.num_hidden_layers)
     _check_layer_kinds("mlp_layer_types", cfg.mlp_layer_types, MLP_TYPES, cfg.num_hidden_layers)
@@ -77,6 +79,24 @@ def parse_config(raw: dict):
         require(0 < cfg.num_experts_per_tok <= cfg.topk_group * (e // cfg.n_group), "num_experts_per_token",
                 "must be in [1, the experts of topk_group groups]")
     return cfg
+
+
+def routed_expert_format(raw: dict) -> str:
+    """'dense' (bf16/f32 experts) or 'mxfp4': compressed-tensors mxfp4-pack-quantized routed
+    experts (Kimi K3's layout, or `day0 quantize --layout compressed-tensors`): per expert
+    `w1/w2/w3.weight_packed` u8 [out, in/2] and `weight_scale` u8 [out, in/32]. Any other
+    quantization_config is a ConfigError naming the field."""
+    from day0.models.mxfp4 import Mxfp4Error, quant_method_of
+
+    try:
+        method = quant_method_of(raw)
+    except Mxfp4Error as e:  # (names the quantization_config field that is not MXFP4)
+        raise ConfigError(f"{e}; {MODEL_TYPE} supports only compressed-tensors "
+                          f"mxfp4-pack-quantized routed experts") from None
+    require(method in (None, "compressed-tensors-mxfp4"), "quantization_config",
+            f"'{method}' experts are not supported for {MODEL_TYPE} "
+            f"(supported: compressed-tensors mxfp4-pack-quantized)")
+    return "dense" if method is None else "mxfp4"
 
 
 def dense_mlp_name(raw: dict) -> str:
@@ -122,6 +142,9 @@ def router_config(cfg) -> SimpleNamespace:
                            routed_scaling_factor=cfg.routed_scaling_factor, hidden_size=cfg.hidden_size)
 
 
+EXPERT_NAMES = ("w1", "w3", "w2")  # Moonshot's (gate, up, down)
+
+
 class Expert(nn.Module):
     """One routed expert as Moonshot names it: w1 = gate, w3 = up, w2 = down."""
 
@@ -135,19 +158,30 @@ class Expert(nn.Module):
 class KimiExperts(Experts):
     def stacked(self) -> tuple[Tensor, Tensor, Tensor]:
         """gate, up [E, I, H] and down [E, H, I] as float32 stacks."""
-        return tuple(torch.stack([getattr(e, n).weight for e in self]).float() for n in ("w1", "w3", "w2"))
+        return tuple(torch.stack([getattr(e, n).weight for e in self]).float() for n in EXPERT_NAMES)
+
+
+class KimiMxfp4Experts(Mxfp4Experts):
+    """MXFP4 routed experts (packed from the file to the matmul) under Moonshot's names:
+    experts.{e}.w1/w3/w2.weight_packed, .weight_scale."""
+
+    names = EXPERT_NAMES
 
 
 class KimiMoE(MoE):
     """DeepSeek's MoE (same routing: transformers' KimiLinearTopkRouter is DeepSeek's) with
     Moonshot's expert names. Checkpoint names: gate.{weight,e_score_correction_bias},
-    experts.{e}.w1/w2/w3, shared_experts.{gate,up,down}_proj."""
+    experts.{e}.w1/w2/w3 (.weight, or .weight_packed/.weight_scale for MXFP4 experts),
+    shared_experts.{gate,up,down}_proj."""
 
     def __init__(self, cfg):
         nn.Module.__init__(self)
         self.gate = Router(router_config(cfg))
-        self.experts = KimiExperts(Expert(cfg.hidden_size, cfg.moe_intermediate_size)
-                                   for _ in range(cfg.num_local_experts))
+        h, i = cfg.hidden_size, cfg.moe_intermediate_size
+        if getattr(cfg, "day0_expert_format", "dense") == "mxfp4":
+            self.experts = KimiMxfp4Experts(Mxfp4Expert(h, i, EXPERT_NAMES) for _ in range(cfg.num_local_experts))
+        else:
+            self.experts = KimiExperts(Expert(h, i) for _ in range(cfg.num_local_experts))
         self.shared_experts = MLP(cfg.hidden_size, cfg.moe_intermediate_size * cfg.n_shared_experts)
 
 

@@ -68,23 +68,34 @@ class Mxfp4Linear(nn.Module):
         self.weight_scale = nn.Parameter(torch.empty(n_out, n_in // 32, dtype=torch.uint8), requires_grad=False)
 
 
+EXPERT_NAMES = ("gate_proj", "up_proj", "down_proj")  # (gate, up, down) as the checkpoint names them
+
+
 class Mxfp4Expert(nn.Module):
-    def __init__(self, hidden: int, intermediate: int):
+    """One routed expert of three Mxfp4Linear; `names`: the checkpoint's (gate, up, down) module
+    names (transformers' gate_proj/up_proj/down_proj; Moonshot's w1/w3/w2)."""
+
+    def __init__(self, hidden: int, intermediate: int, names: tuple[str, str, str] = EXPERT_NAMES):
         super().__init__()
-        self.gate_proj = Mxfp4Linear(hidden, intermediate)
-        self.up_proj = Mxfp4Linear(hidden, intermediate)
-        self.down_proj = Mxfp4Linear(intermediate, hidden)
+        gate, up, down = names
+        self.add_module(gate, Mxfp4Linear(hidden, intermediate))
+        self.add_module(up, Mxfp4Linear(hidden, intermediate))
+        self.add_module(down, Mxfp4Linear(intermediate, hidden))
 
 
 class Mxfp4Experts(nn.ModuleList):
     """Routed experts whose weights stay packed from the file to the matmul: the stacks below are
-    u8 (hoisted once by IREE at packed size) and `day0::mxfp4_moe` unpacks inside the matmul."""
+    u8 (hoisted once by IREE at packed size) and `day0::mxfp4_moe` unpacks inside the matmul.
+    `names`: the experts' (gate, up, down) module names (a subclass overrides them)."""
+
+    names: tuple[str, str, str] = EXPERT_NAMES
 
     def stacked(self) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
         """(gate‖up packed [E, 2I, H/2], scales [E, 2I, H/32]), (down packed [E, H, I/2], scales)."""
-        gate_up = tuple(torch.stack([torch.cat([getattr(e.gate_proj, n), getattr(e.up_proj, n)])
+        g, u, d = self.names
+        gate_up = tuple(torch.stack([torch.cat([getattr(getattr(e, g), n), getattr(getattr(e, u), n)])
                                      for e in self]) for n in ("weight_packed", "weight_scale"))
-        down = tuple(torch.stack([getattr(e.down_proj, n) for e in self])
+        down = tuple(torch.stack([getattr(getattr(e, d), n) for e in self])
                      for n in ("weight_packed", "weight_scale"))
         return gate_up, down
 

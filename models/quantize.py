@@ -4,7 +4,8 @@ Only the routed experts are quantized (what gpt-oss and Kimi K3 ship); every oth
 copied byte for byte under its own name, in a shard of the same name. Which tensors are routed
 experts, and what they become:
 
-    per-expert (deepseek_v32, kimi...)  <layer>.mlp.experts.<e>.{gate,up,down}_proj.weight [out, in]
+    per-expert (deepseek_v32, glm5_next)  <layer>.mlp.experts.<e>.{gate,up,down}_proj.weight [out, in]
+    per-expert (kimi_linear, Moonshot)    <layer>.block_sparse_moe.experts.<e>.{w1,w2,w3}.weight [out, in]
       --layout compressed-tensors  ->   ....weight_packed u8 [out, in/2], ....weight_scale u8 [out, in/32]
     gpt_oss (save_pretrained layout)    <layer>.mlp.experts.gate_up_proj [E, H, 2I], down_proj [E, I, H]
                                         (that is [E, in, out]: transposed w.r.t. MXFP4's [E, out, ...])
@@ -46,7 +47,9 @@ SIDECARS = ("generation_config.json", "tokenizer.json", "tokenizer_config.json",
             "special_tokens_map.json", "chat_template.jinja")
 FLOAT_DTYPES = {"F32", "BF16", "F16"}
 
-PER_EXPERT = re.compile(r"(?P<module>.*\.mlp\.experts\.\d+\.(?:gate|up|down)_proj)\.weight")
+# transformers' names (`mlp.experts.<e>.gate_proj`) and Moonshot's (`block_sparse_moe.experts.<e>.w1`)
+PER_EXPERT = re.compile(r"(?P<module>.*\.(?:mlp\.experts\.\d+\.(?:gate|up|down)_proj"
+                        r"|block_sparse_moe\.experts\.\d+\.w[123]))\.weight")
 GPT_OSS_EXPERT = re.compile(r".*\.mlp\.experts\.(?:gate_up|down)_proj")
 CT_PACKED = re.compile(r"(?P<module>.*)\.weight_packed")
 GPT_OSS_BLOCKS = re.compile(r"(?P<proj>.*)_blocks")
@@ -85,7 +88,8 @@ def quantize_checkpoint(src: str | Path, dst: str | Path, layout: str | None = N
         if not per_expert:
             hint = ": it is a gpt_oss checkpoint, use --layout gpt-oss" if fused else ""
             raise Mxfp4Error(f"--layout compressed-tensors needs per-expert weights "
-                             f"'...mlp.experts.<e>.{{gate,up,down}}_proj.weight', none found in "
+                             f"'...mlp.experts.<e>.{{gate,up,down}}_proj.weight' or "
+                             f"'...block_sparse_moe.experts.<e>.{{w1,w2,w3}}.weight', none found in "
                              f"{ckpt.dir}{hint}")
         experts = per_expert
 

@@ -6,7 +6,8 @@ DeepSeek entries avoid indexer ties (models/demo_checkpoint.py); top-k is smalle
 prompts, prompts are longer than one DSA tile, and one checkpoint has several shards.
 gpt_oss entries use a sliding window of 8 < the test sequences and clamp-reaching activations.
 kimi_linear entries mix KDA and MLA layers in different orders; their sequences are longer than
-one KDA chunk (64), with prompts that end inside a chunk and one that ends on a chunk boundary.
+one KDA chunk (64), with prompts that end inside a chunk and one that ends on a chunk boundary;
+one has MXFP4 routed experts (compressed-tensors, `day0 quantize`).
 glm5_next entries mix KDA and DSA layers, each with a "shared" indexer layer right after a full
 one, k-pools of 2–8 tokens, index_topk far below the sequences (> one KDA chunk), hc_mult 2–4 mHC
 streams; one has MXFP4 routed experts (compressed-tensors, `day0 quantize`). Their tie-breaking
@@ -37,6 +38,9 @@ _KL_MLA_FIRST = dict(hidden_size=64, num_hidden_layers=3, n_shared_experts=2, kv
                      mlp_layer_types=["sparse", "dense", "sparse"],
                      linear_attn_config={"head_dim": 16, "num_heads": 4, "short_conv_kernel_size": 3,
                                          "kda_layers": [2, 3], "full_attn_layers": [1]})
+# kl-mla-first with MXFP4 routed experts: their hidden (64) and intermediate (32) sizes, the
+# quantized `in` axes, are multiples of 32
+_KL_MXFP4 = dict(_KL_MLA_FIRST, moe_intermediate_size=32)
 
 _GLM_BASE: dict = {}  # models/glm5_next_checkpoint.TINY_TEXT: KDA, DSA full, DSA shared; kpool 4, top 8
 _GLM_DSA_FIRST = dict(hidden_size=64, hc_mult=4, hc_sinkhorn_iters=4, index_topk=16, index_kpool=8,
@@ -80,6 +84,9 @@ PARITY = {
     "kl-base": dict(arch="kimi_linear", config={}, seed=1, max_seq_len=96, prompt=70),
     "kl-hybrid": dict(arch="kimi_linear", config=_KL_HYBRID, seed=2, max_seq_len=160, prompt=130),
     "kl-mla-first": dict(arch="kimi_linear", config=_KL_MLA_FIRST, seed=3, max_seq_len=96, prompt=64),
+    # the same with its routed experts (w1/w2/w3) quantized by `day0 quantize --layout compressed-tensors`
+    "kl-mxfp4": dict(arch="kimi_linear", config=_KL_MXFP4, seed=3, max_seq_len=96, prompt=67,
+                     experts="compressed-tensors"),
     # glm5_next: KDA + full + shared, K = 2 pools of 4 + 3 tail slots, 2 streams, 20 Sinkhorn
     # iterations (prompt of a chunk + 6); full + shared + KDA, 4 streams, pools of 8 (prompt of
     # exactly one chunk); MXFP4 experts, 4 layers (two full indexers), 3 streams, pools of 2.
@@ -102,8 +109,12 @@ def write_checkpoint(root: Path, name: str) -> Path:
         return write_tiny_gpt_oss_checkpoint(path, spec["config"], spec["seed"], mxfp4=True)
     if spec["arch"] == "kimi_linear":
         from day0.models.kimi_linear_checkpoint import write_tiny_kimi_linear_checkpoint
+        from day0.models.quantize import quantize_checkpoint
 
-        return write_tiny_kimi_linear_checkpoint(path, spec["config"], spec["seed"])
+        if spec.get("experts", "f32") == "f32":
+            return write_tiny_kimi_linear_checkpoint(path, spec["config"], spec["seed"])
+        dense = write_tiny_kimi_linear_checkpoint(root / f"ckpt-{name}-f32", spec["config"], spec["seed"])
+        return quantize_checkpoint(dense, path, spec["experts"])
     if spec["arch"] == "glm5_next":
         from day0.models.glm5_next_checkpoint import write_tiny_glm5_next_checkpoint
         from day0.models.quantize import quantize_checkpoint
@@ -133,12 +144,6 @@ def load_reference(root: Path, name: str):
         return GptOssForCausalLM.from_pretrained(
             path, dtype=torch.float32, attn_implementation="eager", experts_implementation="eager",
             quantization_config=Mxfp4Config(dequantize=True)).eval()
-    if spec["arch"] == "kimi_linear":
-        from transformers import KimiLinearForCausalLM
-
-        return KimiLinearForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
-    from transformers import DeepseekV32ForCausalLM, Glm5NextForConditionalGeneration
-
     if "quantization_config" in json.loads((path / "config.json").read_text()):
         from day0.models.quantize import dequantize_checkpoint
 
@@ -146,6 +151,12 @@ def load_reference(root: Path, name: str):
         if not dequantized.exists():
             dequantize_checkpoint(path, dequantized)  # transformers holds the dequantized values
         path = dequantized
+    if spec["arch"] == "kimi_linear":
+        from transformers import KimiLinearForCausalLM
+
+        return KimiLinearForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
+    from transformers import DeepseekV32ForCausalLM, Glm5NextForConditionalGeneration
+
     if spec["arch"] == "glm5_next":
         ref = Glm5NextForConditionalGeneration.from_pretrained(path, dtype=torch.float32,
                                                                attn_implementation="eager").eval()

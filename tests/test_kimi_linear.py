@@ -135,6 +135,32 @@ def test_state_specs(checkpoint):
     assert not hasattr(model, "rope_cos")  # NoPE: no rope table
 
 
+def test_kl_mxfp4_experts_stay_packed(checkpoint, tmp_path):
+    """kl-mxfp4 (`day0 quantize --layout compressed-tensors`, Kimi K3's layout): the routed experts
+    are written and read as packed u8 under Moonshot's names (experts.{e}.w1/w2/w3.weight_packed,
+    .weight_scale); shared experts, router and dense MLP stay as stored; dequantize_checkpoint
+    gives back w1/w2/w3.weight."""
+    from day0.models.checkpoint import Checkpoint
+    from day0.models.kimi_linear import KimiMxfp4Experts
+    from day0.models.quantize import dequantize_checkpoint
+
+    ckpt, model = Checkpoint.open(checkpoint("kl-mxfp4")), _model(checkpoint, "kl-mxfp4")
+    params = dict(model.named_parameters())
+    assert set(params) == set(ckpt.tensors)
+    e = "model.layers.0.block_sparse_moe.experts.0."
+    for w, shape in (("w1", (32, 64)), ("w3", (32, 64)), ("w2", (64, 32))):  # [out, in], hidden 64, I 32
+        assert params[e + w + ".weight_packed"].shape == (shape[0], shape[1] // 2)
+        assert params[e + w + ".weight_scale"].shape == (shape[0], shape[1] // 32)
+        assert params[e + w + ".weight_packed"].dtype == params[e + w + ".weight_scale"].dtype == torch.uint8
+        assert e + w + ".weight" not in params
+    assert isinstance(model.model.layers[0].block_sparse_moe.experts, KimiMxfp4Experts)
+    assert "model.layers.0.block_sparse_moe.shared_experts.gate_proj.weight" in params
+    assert "model.layers.1.block_sparse_moe.gate_proj.weight" in params  # the dense MLP
+    dequantized = Checkpoint.open(dequantize_checkpoint(checkpoint("kl-mxfp4"), tmp_path / "f32"))
+    assert dequantized.tensors[e + "w2.weight"].shape == (64, 32)
+    assert not any(n.endswith(("weight_packed", "weight_scale")) for n in dequantized.tensors)
+
+
 DROP = object()  # a change that removes the field
 BAD_CONFIGS = [
     ({"layer_types": ["linear_attention", "sliding_attention"]}, "layer_types", "sliding_attention"),
@@ -155,7 +181,13 @@ BAD_CONFIGS = [
      "linear_attn_config.short_conv_kernel_size", "at least 2"),
     ({"num_expert_group": 3}, "num_expert_group", "divide"),
     ({"num_experts_per_token": 9}, "num_experts_per_token", "must be in"),
-    ({"quantization_config": {"quant_method": "compressed-tensors"}}, "quantization_config", "not supported"),
+    # MXFP4 experts in the compressed-tensors layout load (kl-mxfp4); any other quantization does not
+    ({"quantization_config": {"quant_method": "fp8"}}, "quantization_config.quant_method",
+     "unsupported quant_method 'fp8'.*kimi_linear supports only compressed-tensors mxfp4"),
+    ({"quantization_config": {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized"}},
+     "quantization_config.format", "nvfp4-pack-quantized"),
+    ({"quantization_config": {"quant_method": "mxfp4"}}, "quantization_config",
+     "'mxfp4' experts are not supported for kimi_linear"),
 ]
 
 
