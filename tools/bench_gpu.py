@@ -140,6 +140,7 @@ def _compile(module, args, pipeline: str, target: str, out: Path) -> None:
 
 
 PIECES = ("moe", "dsa", "e2e")
+E2E_GOALS_MS = {"decode_ms": 2.0, "ttft_ms": 100.0}  # at 4K context
 
 
 def package(out: Path, config: str, target: str, pieces=PIECES, cache: Path = Path(".cache/bench-gpu-ckpt")) -> None:
@@ -425,42 +426,65 @@ def table(results: list[dict]) -> str:
 
 
 def plot(results_path: Path, out_dir: Path) -> list[Path]:
+    """PNGs of the pieces present in results.json (bench_gpu_moe/dsa/e2e.png)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     results = json.loads(results_path.read_text())
+    device = results[0]["device"]
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    moe = next(r for r in results if r["piece"] == "moe")
-    fig, ax = plt.subplots(figsize=(6, 3.2))
-    bars = {"day0 (MXFP4 fused)": moe["day0_step_us"], "PyTorch bf16\n(pre-dequantized)": moe["torch_bf16_us"],
-            "PyTorch\n(dequant per call)": moe["torch_dequant_us"], "bandwidth limit": moe["limit_us"]}
-    ax.barh(list(bars), list(bars.values()), color=["#2a7", "#888", "#bbb", "#36c"])
-    ax.set_xscale("log")
-    ax.set_xlabel("µs per MoE decode step (log)")
-    ax.set_title(f"MXFP4 MoE step, {moe['top_k']} of {moe['experts']} experts, {results[0]['device']}")
-    for i, v in enumerate(bars.values()):
-        ax.text(v, i, f" {v:.0f}", va="center", fontsize=8)
-    fig.tight_layout()
-    written.append(out_dir / "bench_gpu_moe.png")
-    fig.savefig(written[-1], dpi=110)
+
+    def save(fig, name):
+        fig.tight_layout()
+        written.append(out_dir / name)
+        fig.savefig(written[-1], dpi=110)
+
+    for moe in [r for r in results if r["piece"] == "moe"][:1]:
+        fig, ax = plt.subplots(figsize=(6, 3.2))
+        bars = {"day0 (MXFP4 fused)": moe["day0_step_us"], "PyTorch bf16\n(pre-dequantized)": moe["torch_bf16_us"],
+                "PyTorch\n(dequant per call)": moe["torch_dequant_us"], "bandwidth limit": moe["limit_us"]}
+        ax.barh(list(bars), list(bars.values()), color=["#2a7", "#888", "#bbb", "#36c"])
+        ax.set_xscale("log")
+        ax.set_xlabel("µs per MoE decode step (log)")
+        ax.set_title(f"MXFP4 MoE step, {moe['top_k']} of {moe['experts']} experts, {device}")
+        for i, v in enumerate(bars.values()):
+            ax.text(v, i, f" {v:.0f}", va="center", fontsize=8)
+        save(fig, "bench_gpu_moe.png")
     dsa = [r for r in results if r["piece"] == "dsa"]
-    fig, ax = plt.subplots(figsize=(6, 3.2))
-    xs = [r["context"] for r in dsa]
-    for key, label, style in (("day0_step_us", "day0", "o-"), ("torch_sparse_us", "PyTorch eager sparse", "s--"),
-                              ("torch_dense_us", "PyTorch dense", "^--"), ("limit_us", "bandwidth limit", "k:")):
-        ax.plot(xs, [r[key] for r in dsa], style, label=label)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("cached tokens")
-    ax.set_ylabel("µs per decode step")
-    ax.set_title(f"DSA decode layer, top-{dsa[0]['top_k']}, {results[0]['device']}")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    written.append(out_dir / "bench_gpu_dsa.png")
-    fig.savefig(written[-1], dpi=110)
+    if dsa:
+        fig, ax = plt.subplots(figsize=(6, 3.2))
+        xs = [r["context"] for r in dsa]
+        for key, label, style in (("day0_step_us", "day0", "o-"), ("torch_sparse_us", "PyTorch eager sparse", "s--"),
+                                  ("torch_dense_us", "PyTorch dense", "^--"), ("limit_us", "bandwidth limit", "k:")):
+            ax.plot(xs, [r[key] for r in dsa], style, label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("cached tokens")
+        ax.set_ylabel("µs per decode step")
+        ax.set_title(f"DSA decode layer, top-{dsa[0]['top_k']}, {device}")
+        ax.legend(fontsize=8)
+        save(fig, "bench_gpu_dsa.png")
+    for e2e in [r for r in results if r["piece"] == "e2e"][:1]:
+        fig, axes = plt.subplots(1, 2, figsize=(8, 3.2))
+        who = (("day0", "day0", "#2a7"), ("transformers", f"transformers ({e2e['transformers_dtype']})", "#888"),
+               ("eager", "day0's model, eager", "#bbb"))
+        for ax, metric, label, goal in ((axes[0], "decode_ms", "ms per token (decode)", E2E_GOALS_MS["decode_ms"]),
+                                        (axes[1], "ttft_ms", "ms to first token", E2E_GOALS_MS["ttft_ms"])):
+            ax.axhline(goal, color="#36c", linestyle=":", label="goal (issue 4)")
+            width = 0.27
+            for j, (key, name, color) in enumerate(who):
+                vals = [row[f"{key}_{metric}"] for row in e2e["rows"]]
+                ax.bar([i + j * width for i in range(len(vals))], vals, width, label=name, color=color)
+            ax.set_xticks([i + width for i in range(len(e2e["rows"]))],
+                          [f"{row['context'] // 1024}K" for row in e2e["rows"]])
+            ax.set_yscale("log")
+            ax.set_ylabel(label)
+        axes[0].legend(fontsize=7)
+        fig.suptitle(f"4.9B deepseek_v32, MXFP4 experts, greedy, {device}", fontsize=9)
+        save(fig, "bench_gpu_e2e.png")
     return written
 
 
