@@ -36,3 +36,20 @@ def test_mxfp4_checkpoints_compile_for_sm90_with_the_matvec_kernel(checkpoint, t
                        progress=lambda *a: None)
     vmfb = (tmp_path / "a" / "model.vmfb").read_bytes()
     assert b"day0_mxfp4_matvec" in vmfb and b".target sm_90" in vmfb
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["kl-base", "glm-base"])
+def test_kda_models_compile_for_sm90(checkpoint, tmp_path, name):
+    """KDA's chunk loop (a while loop over whole chunks) and glm5_next's k-pool DSA layers compile
+    for CUDA; models with a recurrent state get no static prefill chunk (lowering/build.py)."""
+    from day0.lowering.build import BuildOptions, compile_checkpoint
+
+    manifest = compile_checkpoint(checkpoint(name), tmp_path / "a", BuildOptions(target="cuda-sm90", max_seq_len=96),
+                                  progress=lambda *a: None)
+    assert "prefill_chunk" not in manifest["entry_points"]
+    assert {s["kind"] for s in manifest["state"]} >= {"kda_state", "conv_tail"}
+    vmfb = (tmp_path / "a" / "model.vmfb").read_bytes()
+    assert b".target sm_90" in vmfb
+    if name.startswith("glm"):
+        assert b"day0_dsa_partial_f32" in vmfb and b"day0_topk_small" in vmfb
