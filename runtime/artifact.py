@@ -49,6 +49,18 @@ def publish(tmp: Path, out_dir: Path, manifest: dict) -> None:
         tmp.rename(out_dir)
 
 
+def state_bytes(manifest: dict) -> dict[str, int]:
+    """Bytes of device state per kind (mla_latent, indexer_keys, kda_state, conv_tail, ...)."""
+    import numpy as np
+
+    from day0.runtime.state_file import np_dtype
+
+    out: dict[str, int] = {}
+    for s in manifest["state"]:
+        out[s["kind"]] = out.get(s["kind"], 0) + int(np.prod(s["shape"])) * np_dtype(s["dtype"]).itemsize
+    return out
+
+
 def read_manifest(artifact_dir: Path, verify: bool = True, checkpoint_dir=None) -> dict:
     """The manifest of a complete artifact: the vmfb and the shards must exist with their recorded
     sizes and, with verify, hashes. `checkpoint_dir` replaces the recorded shard directory (the

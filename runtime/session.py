@@ -17,8 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from day0.runtime.artifact import VMFB, read_manifest
+from day0.runtime.artifact import VMFB, read_manifest, state_bytes
 from day0.runtime.sampling import greedy, make_rng, sample, validate_sampling
+from day0.runtime.state_file import np_dtype
 
 
 class SessionError(ValueError):
@@ -68,7 +69,7 @@ class Session:
     def reset(self) -> None:
         self._pos = 0
         self._next = None
-        self._state = [self._vm.to_device(np.zeros(s["shape"], dtype=s["dtype"]))
+        self._state = [self._vm.to_device(np.zeros(s["shape"], dtype=np_dtype(s["dtype"])))
                        for s in self.manifest["state"]]
 
     def save_state(self, path) -> Path:
@@ -89,11 +90,8 @@ class Session:
         self._pos, self._next = position, None
 
     def state_bytes(self) -> dict[str, int]:
-        """Bytes of device state per kind (e.g. mla_latent, indexer_keys)."""
-        out: dict[str, int] = {}
-        for s in self.manifest["state"]:
-            out[s["kind"]] = out.get(s["kind"], 0) + int(np.prod(s["shape"])) * np.dtype(s["dtype"]).itemsize
-        return out
+        """Bytes of device state per kind (e.g. mla_latent, indexer_keys, kda_state, conv_tail)."""
+        return state_bytes(self.manifest)
 
     # -- calls ----------------------------------------------------------------------------------
     def _check_ids(self, ids) -> np.ndarray:

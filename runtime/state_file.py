@@ -24,6 +24,15 @@ class StateFileError(ValueError):
     pass
 
 
+def np_dtype(name: str) -> np.dtype:
+    """The numpy dtype of a manifest dtype name ("bfloat16" through ml_dtypes)."""
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
 def identity(manifest: dict) -> dict:
     """What a state belongs to: it is valid exactly for artifacts with the same identity."""
     return {"architecture": manifest["architecture"], "config": manifest["config"],
@@ -82,7 +91,7 @@ def read(path: Path, manifest: dict) -> tuple[int, list[np.ndarray]]:
                 if s["name"] not in z.files:
                     raise StateFileError(f"state file {path}: tensor '{s['name']}' is missing")
                 a = z[s["name"]]
-                if list(a.shape) != s["shape"] or a.dtype != np.dtype(s["dtype"]):
+                if list(a.shape) != s["shape"] or a.dtype != np_dtype(s["dtype"]):
                     raise StateFileError(f"state file {path}: tensor '{s['name']}' is {a.dtype}{list(a.shape)}, "
                                          f"expected {s['dtype']}{s['shape']}")
                 arrays.append(a)

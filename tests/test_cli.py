@@ -87,6 +87,10 @@ def test_inspect(demo):
     info = json.loads(run("inspect", artifact).stdout)
     assert info["architecture"] == "deepseek_v32" and info["max_seq_len"] == 128
     assert info["state"]["kv_cache.0"] == [128, 32 + 8]
+    layers = sum(1 for name in info["state"] if name.startswith("kv_cache."))
+    assert info["state_bytes"] == {"mla_latent": layers * 128 * 40 * 4,
+                                   "indexer_keys": 4 * sum(128 * info["state"][f"index_cache.{i}"][1]
+                                                           for i in range(layers))}
     assert info["parameters"]["count"] > 0
 
 

@@ -66,12 +66,13 @@ def cmd_generate(a) -> int:
 
 
 def cmd_inspect(a) -> int:
-    from day0.runtime.artifact import read_manifest
+    from day0.runtime.artifact import read_manifest, state_bytes
 
     m = read_manifest(Path(a.artifact), verify=not a.no_verify)
     summary = {k: m[k] for k in ("architecture", "target", "max_seq_len", "vocab_size", "entry_points",
                                  "compile_flags", "tools")}
     summary["state"] = {s["name"]: s["shape"] for s in m["state"]}
+    summary["state_bytes"] = state_bytes(m)
     summary["parameters"] = {"base_dir": m["parameters"]["base_dir"], "count": m["parameters"]["count"],
                              "files": [f["path"] for f in m["parameters"]["files"]],
                              "bytes": sum(f["size"] for f in m["parameters"]["files"])}
