@@ -20,14 +20,15 @@ def dsa_attention(q: Tensor, kv: Tensor, indices: Tensor, scale: float, value_di
     kv:      [T, D]     f32   one shared key row per cached position; values are kv[:, :value_dim]
     indices: [S, K]     i64   selected rows per query, -1 marks an empty slot
     returns: [S, H, value_dim] f32, softmax(scale · q·kᵀ) over the selected rows · v.
-    A query whose slots are all empty gets zeros.
+    A query whose slots are all empty gets zeros. q and kv may both be bf16 instead: the math
+    stays f32 and the result is bf16.
     """
     valid = indices >= 0  # [S, K]
-    rows = kv[indices.clamp(min=0)]  # [S, K, D]
-    scores = torch.einsum("shd,skd->shk", q, rows) * scale
+    rows = kv[indices.clamp(min=0)].float()  # [S, K, D]
+    scores = torch.einsum("shd,skd->shk", q.float(), rows) * scale
     scores = scores.masked_fill(~valid[:, None, :], float("-inf"))
     probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # all-empty rows: 0 instead of NaN
-    return torch.einsum("shk,skv->shv", probs, rows[..., :value_dim])
+    return torch.einsum("shk,skv->shv", probs, rows[..., :value_dim]).to(q.dtype)
 
 
 @dsa_attention.register_fake

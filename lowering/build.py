@@ -38,6 +38,9 @@ class BuildError(RuntimeError):
     pass
 
 
+CACHE_DTYPES = ("float32", "bfloat16")
+
+
 def prefill_chunk(model, options: "BuildOptions") -> int:
     """The artifact's static prefill length (0: none). Session runs a prompt of n >= C tokens as
     chunks of C, the last one overlapping the one before (its tokens recomputed: the same rows are
@@ -61,6 +64,7 @@ class BuildOptions:
     extra_flags: tuple[str, ...] = ()
     dsa_tile: int = 64  # preferred tile; the largest divisor of the selection width <= it is used
     prefill_chunk: int | None = None  # static prefill length; None: the target's, 0: none
+    cache_dtype: str = "float32"  # the position-indexed caches' dtype: float32 or bfloat16
 
 
 def _progress_printer(stream=sys.stderr) -> Callable[[str, str], None]:
@@ -107,6 +111,13 @@ def compile_checkpoint(checkpoint_dir: Path, out_dir: Path, options: BuildOption
     dtypes = {n: TORCH_DTYPES[t.dtype] for n, t in ckpt.tensors.items() if t.dtype in TORCH_DTYPES}
     with torch.no_grad():
         model = model_cls.empty(cfg, options.max_seq_len, dtypes)
+    if options.cache_dtype not in CACHE_DTYPES:
+        raise BuildError(f"--cache-dtype '{options.cache_dtype}' is not supported (choose from "
+                         f"{', '.join(CACHE_DTYPES)})")
+    if options.cache_dtype != "float32" and not model.supports_bf16_cache:
+        raise BuildError(f"--cache-dtype {options.cache_dtype} is not supported for {cfg.model_type} "
+                         f"(its caches are float32 only)")
+    model.cache_dtype = options.cache_dtype
     ckpt.check_expected(model.parameter_shapes())
     check_checkpoint_scales(ckpt)
     progress("read", "done")

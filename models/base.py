@@ -82,8 +82,13 @@ class CausalLM(nn.Module):
     def state_specs(self) -> list[StateSpec]:
         raise NotImplementedError
 
+    # Architectures whose caches may be stored in bfloat16 (`cache_dtype`; lowering/build.py's
+    # --cache-dtype) set this; their state_specs use `self.cache_dtype` for the position-indexed caches.
+    supports_bf16_cache = False
+    cache_dtype = "float32"
+
     def empty_state(self) -> list[Tensor]:
-        return [torch.zeros(s.shape) for s in self.state_specs()]
+        return [torch.zeros(s.shape, dtype=getattr(torch, s.dtype)) for s in self.state_specs()]
 
     def rope_at(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         """cos, sin [S, rope_dim/2] at positions [S]."""

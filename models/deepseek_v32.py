@@ -93,6 +93,7 @@ class DeepseekV32(CausalLM):
 
     has_first_turn = True  # step(first_turn=True) scores only the prompt's own keys
     position_indexed_state = True  # every state row belongs to one position (lowering/build.py)
+    supports_bf16_cache = True  # the latent and indexer key caches may be bfloat16 (models/base.py)
 
     def __init__(self, cfg, max_seq_len: int):
         super().__init__()
@@ -109,9 +110,9 @@ class DeepseekV32(CausalLM):
 
     def state_specs(self) -> list[StateSpec]:
         c, t = self.cfg, self.max_seq_len
-        kv = [StateSpec(f"kv_cache.{i}", "mla_latent", i, (t, c.kv_lora_rank + c.qk_rope_head_dim))
+        kv = [StateSpec(f"kv_cache.{i}", "mla_latent", i, (t, c.kv_lora_rank + c.qk_rope_head_dim), self.cache_dtype)
               for i in range(c.num_hidden_layers)]
-        ix = [StateSpec(f"index_cache.{i}", "indexer_keys", i, (t, c.index_head_dim))
+        ix = [StateSpec(f"index_cache.{i}", "indexer_keys", i, (t, c.index_head_dim), self.cache_dtype)
               for i in range(c.num_hidden_layers)]
         return kv + ix
 

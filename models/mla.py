@@ -51,8 +51,9 @@ class SparseMLA(nn.Module):
         compressed = linear(x, self.kv_a_proj_with_mqa)
         latent = self.kv_a_layernorm(compressed[:, : self.rank])
         k_rope = rotate_interleaved(compressed[:, self.rank :], cos, sin)
-        kv_cache = kv_cache.index_copy(0, positions, torch.cat([latent, k_rope], -1))
-        index_cache = index_cache.index_copy(0, positions, self.indexer.keys(x, cos, sin))
+        # caches may be bf16 (CausalLM.cache_dtype): rows are rounded once, when written
+        kv_cache = kv_cache.index_copy(0, positions, torch.cat([latent, k_rope], -1).to(kv_cache.dtype))
+        index_cache = index_cache.index_copy(0, positions, self.indexer.keys(x, cos, sin).to(index_cache.dtype))
 
         keys = visible.shape[1]  # L: only these rows can be selected
         selected = self.indexer.select(x, q_resid, cos, sin, index_cache[:keys], visible, k)  # [S, k]
@@ -60,7 +61,9 @@ class SparseMLA(nn.Module):
         w_kv = self.kv_b_proj.weight.float().view(self.heads, self.nope + self.v, self.rank)
         q_latent = torch.einsum("shn,hnr->shr", q_nope, w_kv[:, : self.nope])  # absorb W_uk
         query = torch.cat([q_latent, q_rope], -1)  # [S, H, rank + rope]
-        o_latent = torch.ops.day0.dsa_attention(query, kv_cache, selected, self.scale, self.rank)
+        # a bf16 cache takes a bf16 query (the tensor-core kernels' form; math in f32 inside)
+        o_latent = torch.ops.day0.dsa_attention(query.to(kv_cache.dtype), kv_cache, selected, self.scale,
+                                                self.rank).float()
         o = torch.einsum("shr,hvr->shv", o_latent, w_kv[:, self.nope :])  # apply W_uv
         return linear(o.reshape(s, self.heads * self.v), self.o_proj), kv_cache, index_cache
 

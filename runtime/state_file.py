@@ -43,7 +43,9 @@ def identity(manifest: dict) -> dict:
 def write(path: Path, manifest: dict, position: int, arrays: list[np.ndarray]) -> Path:
     path = Path(path)
     header = {"format": FORMAT, "position": position, **identity(manifest)}
-    named = {s["name"]: a for s, a in zip(manifest["state"], arrays)}
+    # bf16 (ml_dtypes) has no .npy description: stored as its uint16 bits (the header has the dtype)
+    named = {s["name"]: a.view(np.uint16) if s["dtype"] == "bfloat16" else a
+             for s, a in zip(manifest["state"], arrays)}
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -91,6 +93,8 @@ def read(path: Path, manifest: dict) -> tuple[int, list[np.ndarray]]:
                 if s["name"] not in z.files:
                     raise StateFileError(f"state file {path}: tensor '{s['name']}' is missing")
                 a = z[s["name"]]
+                if s["dtype"] == "bfloat16" and a.dtype == np.uint16:
+                    a = a.view(np_dtype("bfloat16"))
                 if list(a.shape) != s["shape"] or a.dtype != np_dtype(s["dtype"]):
                     raise StateFileError(f"state file {path}: tensor '{s['name']}' is {a.dtype}{list(a.shape)}, "
                                          f"expected {s['dtype']}{s['shape']}")

@@ -29,7 +29,8 @@ def cmd_compile(a) -> int:
     from day0.lowering.build import BuildOptions, compile_checkpoint
 
     opts = BuildOptions(target=a.target, max_seq_len=a.max_seq_len, dump_stages=a.dump_stages,
-                        extra_flags=tuple(a.iree_flags), prefill_chunk=a.prefill_chunk)
+                        extra_flags=tuple(a.iree_flags), prefill_chunk=a.prefill_chunk,
+                        cache_dtype=a.cache_dtype)
     manifest = compile_checkpoint(Path(a.checkpoint), Path(a.output), opts)
     print(f"wrote {a.output} ({manifest['architecture']}, target {manifest['target']}, "
           f"max_seq_len {manifest['max_seq_len']})")
@@ -123,6 +124,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--dump-stages", action="store_true", help="write the IR after each stage to OUTPUT/stages/")
     c.add_argument("--prefill-chunk", type=int, default=None,
                    help="static prefill length prompts run in (default: the target's; 0: none)")
+    c.add_argument("--cache-dtype", default="float32",
+                   help="dtype of the KV / indexer caches: float32 (default) or bfloat16 (deepseek_v32)")
     # extra iree-compile flags come after `--` (split off in main: argparse would give the
     # empty-matching positional nothing once the checkpoint is read, then reject the flags)
     c.set_defaults(iree_flags=[])
