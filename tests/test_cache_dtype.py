@@ -48,8 +48,8 @@ def test_bf16_caches_compiled_match_eager(checkpoint, bf16_artifact):
     f32 = _eager_logits(checkpoint, "float32", ids, p)
     # Within bf16 precision of the eager model with the same caches and of the f32 one, and the
     # rounding is real (f32 caches give other logits). Compiled and eager bf16 differ by ~1.3e-3:
-    # the CPU artifact loses the query's bf16 rounding (the model's f32->bf16 and the pass's
-    # bf16->f32 conversions cancel), and matches eager without that rounding to 1e-5. To settle:
+    # the CPU artifact loses the query's bf16 rounding (most likely the model's f32->bf16 and the
+    # pass's bf16->f32 conversions fold away), and matches eager without that rounding to 1e-5. To settle:
     # one contract for the op's query dtype on both targets.
     assert rel_err(got, want) < 5e-3 and rel_err(got, f32) < 5e-3
     assert rel_err(want, f32) > 1e-5
