@@ -39,7 +39,7 @@ from day0.frontend.ir import Operation, ir
 from day0.passes import extern_dispatch
 from day0.passes.base import DiagnosticEngine, ModulePass, collect_ops, operator_name
 from day0.passes.dsa_to_gather_tiles import OP_NAME, _check
-from day0.passes.extern_dispatch import append_parsed, tensor_text
+from day0.passes.extern_dispatch import call_kernels, tensor_text
 from day0.passes.torch_ir import TensorType, TorchBuilder, replace_op
 
 EXECUTABLE = "day0_dsa_attention"
@@ -94,60 +94,35 @@ def function_name(dt: str, H: int, D: int, T: int, K: int, V: int, scale: float,
 
 def function_text(dt: str, H: int, D: int, T: int, K: int, V: int, scale: float, rows: int | None = None) -> str:
     """rows None: the f32-arithmetic kernels; else the bf16 tensor-core kernels with `rows` slots
-    per split."""
-    if rows is not None:
-        return _mma_function_text(H, D, T, K, V, scale, rows)
-    splits, groups = -(-K // ROWS_PER_SPLIT), -(-H // HEADS_PER_CTA)
+    per split (a `rows` push constant, and the combine also split over V)."""
+    mma = rows is not None
+    kernels = "bf16_mma" if mma else dt
+    splits = -(-K // (rows if mma else ROWS_PER_SPLIT))
+    groups = -(-H // (MMA_HEADS_PER_CTA if mma else HEADS_PER_CTA))
     q_t, kv_t, idx_t = f"tensor<?x{H}x{D}x{dt}>", f"tensor<{T}x{D}x{dt}>", f"tensor<?x{K}xi64>"
     ml_t, acc_t, out_t = (f"tensor<?x{splits}x{H}x2xf32>", f"tensor<?x{splits}x{H}x{V}xf32>",
                           f"tensor<?x{H}x{V}x{dt}>")
-    return f"""
-  func.func private @{function_name(dt, H, D, T, K, V, scale)}(%q: {q_t}, %kv: {kv_t}, %idx: {idx_t}) -> {out_t} {{
-    %c0 = arith.constant 0 : index
-    %s = tensor.dim %q, %c0 : {q_t}
-    %splits = arith.constant {splits} : index
-    %groups = arith.constant {groups} : index
-    %nh = arith.constant {H} : index
-    %H = arith.constant {H} : i32
-    %D = arith.constant {D} : i32
-    %K = arith.constant {K} : i32
-    %V = arith.constant {V} : i32
-    %T = arith.constant {T} : i32
-    %scale = arith.constant {scale_bits(scale)} : i32
-    %nsplits = arith.constant {splits} : i32
-    %ml, %acc = flow.dispatch @{EXECUTABLE}::@day0_dsa_partial_{dt}[%splits, %groups, %s](%H, %D, %K, %V, %T, %scale, %q, %kv, %idx)
-        : (i32, i32, i32, i32, i32, i32, {q_t}{{%s}}, {kv_t}, {idx_t}{{%s}}) -> ({ml_t}{{%s}}, {acc_t}{{%s}})
-    %out = flow.dispatch @{EXECUTABLE}::@day0_dsa_combine_{dt}[%nh, %s](%H, %V, %nsplits, %ml, %acc)
-        : (i32, i32, i32, {ml_t}{{%s}}, {acc_t}{{%s}}) -> {out_t}{{%s}}
-    return %out : {out_t}
-  }}"""
-
-
-def _mma_function_text(H: int, D: int, T: int, K: int, V: int, scale: float, rows: int) -> str:
-    dt = "bf16"
-    splits, groups, vblocks = -(-K // rows), -(-H // MMA_HEADS_PER_CTA), -(-V // MMA_V_PER_CTA)
-    q_t, kv_t, idx_t = f"tensor<?x{H}x{D}x{dt}>", f"tensor<{T}x{D}x{dt}>", f"tensor<?x{K}xi64>"
-    ml_t, acc_t, out_t = (f"tensor<?x{splits}x{H}x2xf32>", f"tensor<?x{splits}x{H}x{V}xf32>",
-                          f"tensor<?x{H}x{V}x{dt}>")
+    vblocks = f"\n    %vblocks = arith.constant {-(-V // MMA_V_PER_CTA)} : index" if mma else ""
+    rows_const = f"\n    %rows = arith.constant {rows} : i32" if mma else ""
+    rows_arg, rows_type = (", %rows", ", i32") if mma else ("", "")
+    combine_grid = "%vblocks, %nh, %s" if mma else "%nh, %s"
     return f"""
   func.func private @{function_name(dt, H, D, T, K, V, scale, rows)}(%q: {q_t}, %kv: {kv_t}, %idx: {idx_t}) -> {out_t} {{
     %c0 = arith.constant 0 : index
     %s = tensor.dim %q, %c0 : {q_t}
     %splits = arith.constant {splits} : index
-    %groups = arith.constant {groups} : index
-    %vblocks = arith.constant {vblocks} : index
+    %groups = arith.constant {groups} : index{vblocks}
     %nh = arith.constant {H} : index
     %H = arith.constant {H} : i32
     %D = arith.constant {D} : i32
     %K = arith.constant {K} : i32
     %V = arith.constant {V} : i32
     %T = arith.constant {T} : i32
-    %scale = arith.constant {scale_bits(scale)} : i32
-    %rows = arith.constant {rows} : i32
+    %scale = arith.constant {scale_bits(scale)} : i32{rows_const}
     %nsplits = arith.constant {splits} : i32
-    %ml, %acc = flow.dispatch @{EXECUTABLE}::@day0_dsa_partial_bf16_mma[%splits, %groups, %s](%H, %D, %K, %V, %T, %scale, %rows, %q, %kv, %idx)
-        : (i32, i32, i32, i32, i32, i32, i32, {q_t}{{%s}}, {kv_t}, {idx_t}{{%s}}) -> ({ml_t}{{%s}}, {acc_t}{{%s}})
-    %out = flow.dispatch @{EXECUTABLE}::@day0_dsa_combine_bf16_mma[%vblocks, %nh, %s](%H, %V, %nsplits, %ml, %acc)
+    %ml, %acc = flow.dispatch @{EXECUTABLE}::@day0_dsa_partial_{kernels}[%splits, %groups, %s](%H, %D, %K, %V, %T, %scale{rows_arg}, %q, %kv, %idx)
+        : (i32, i32, i32, i32, i32, i32{rows_type}, {q_t}{{%s}}, {kv_t}, {idx_t}{{%s}}) -> ({ml_t}{{%s}}, {acc_t}{{%s}})
+    %out = flow.dispatch @{EXECUTABLE}::@day0_dsa_combine_{kernels}[{combine_grid}](%H, %V, %nsplits, %ml, %acc)
         : (i32, i32, i32, {ml_t}{{%s}}, {acc_t}{{%s}}) -> {out_t}{{%s}}
     return %out : {out_t}
   }}"""
@@ -178,17 +153,12 @@ class DsaToCudaKernel(ModulePass):
             sites.append(site)
         if not sites or diag.diagnostics:
             return
-        functions = {}
-        for site in sites:
-            T = TensorType.of(site.kv).dims[0]
-            dt = _DTYPES[site.dtype]
-            rows = mma_rows(dt, site.S, site.D, site.V) if self.tensor_cores else None
-            key = (dt, site.H, site.D, T, site.K, site.V, site.scale, rows)
-            functions[function_name(*key)] = key
-            with site.op.location:
-                _rewrite(site, function_name(*key))
-        append_parsed(module_op, executable_source_text()
-                      + "".join(function_text(*functions[n]) for n in sorted(functions)))
+        call_kernels(module_op, sites, self._key, function_name, function_text, _rewrite, executable_source_text())
+
+    def _key(self, site) -> tuple:
+        dt = _DTYPES[site.dtype]
+        rows = mma_rows(dt, site.S, site.D, site.V) if self.tensor_cores else None
+        return (dt, site.H, site.D, TensorType.of(site.kv).dims[0], site.K, site.V, site.scale, rows)
 
 
 def _rewrite(site, fn: str) -> None:

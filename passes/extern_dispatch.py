@@ -63,6 +63,20 @@ def tensor_text(dims, elem: str) -> str:
     return f"tensor<{'x'.join(['?' if d is None else str(d) for d in dims] + [elem])}>"
 
 
+def call_kernels(module_op: Operation, sites, key_of, function_name, function_text, rewrite,
+                 executable_text: str) -> None:
+    """Rewrite each site (`rewrite(site, fn)`, under the site op's location) into a call of the
+    private function `function_name(*key_of(site))`, one function per distinct key, then append
+    `executable_text` (the kernels' executable) and those functions to the module."""
+    functions = {}
+    for site in sites:
+        key = key_of(site)
+        functions[function_name(*key)] = key
+        with site.op.location:
+            rewrite(site, function_name(*key))
+    append_parsed(module_op, executable_text + "".join(function_text(*functions[n]) for n in sorted(functions)))
+
+
 def append_parsed(module_op: Operation, text: str) -> None:
     """Parse `text` (module-level ops) in the module's context and move them to its end."""
     parsed = Module.parse(f"module {{{text}\n}}", module_op.context)

@@ -39,7 +39,7 @@ from day0.frontend.ir import Operation, ir
 from day0.passes import extern_dispatch
 from day0.passes.base import DiagnosticEngine, ModulePass, collect_ops, operator_name
 from day0.passes.dsa_to_cuda_kernel import scale_bits
-from day0.passes.extern_dispatch import append_parsed, tensor_text
+from day0.passes.extern_dispatch import call_kernels, tensor_text
 from day0.passes.torch_ir import TensorType, TorchBuilder, fmt_dims, replace_op, torch_constant
 
 OP_NAME = "torch.day0.indexer_scores"
@@ -165,14 +165,9 @@ class IndexerScoresToCudaKernel(ModulePass):
                  if (s := _check(op, diag)) is not None]
         if not sites or diag.diagnostics:
             return
-        functions = {}
-        for site in sites:
-            key = (self.kernel(site.key_dtype), site.H, site.D, site.T, site.scale)
-            functions[function_name(*key)] = key
-            with site.op.location:
-                _rewrite(site, function_name(*key))
-        append_parsed(module_op, extern_dispatch.executable_source_text(EXECUTABLE, KERNEL_PTX, KERNEL_ABI, THREADS)
-                      + "".join(function_text(*functions[n]) for n in sorted(functions)))
+        call_kernels(module_op, sites, lambda s: (self.kernel(s.key_dtype), s.H, s.D, s.T, s.scale),
+                     function_name, function_text, _rewrite,
+                     extern_dispatch.executable_source_text(EXECUTABLE, KERNEL_PTX, KERNEL_ABI, THREADS))
 
 
 def _rewrite(site: _Site, fn: str) -> None:

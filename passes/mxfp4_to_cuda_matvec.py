@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from day0.frontend.ir import Operation, ir
 from day0.passes import extern_dispatch
 from day0.passes.base import DiagnosticEngine, ModulePass, collect_ops, operator_name
-from day0.passes.extern_dispatch import append_parsed, tensor_text
+from day0.passes.extern_dispatch import call_kernels, tensor_text
 from day0.passes.fuse_mxfp4_matmul import LINEAR, MOE, _check
 from day0.passes.torch_ir import TensorType, TorchBuilder, replace_op
 
@@ -108,14 +108,9 @@ class Mxfp4ToCudaMatvec(ModulePass):
             sites.append(site)
         if not sites or diag.diagnostics:
             return
-        functions = {}
-        for site in sites:
-            key = (site.moe, site.E if site.moe else 1, site.N, site.K, site.k if site.moe else 1)
-            functions[function_name(*key)] = key
-            with site.op.location:
-                self._rewrite(site, function_name(*key))
-        append_parsed(module_op, executable_source_text()
-                      + "".join(function_text(*functions[n]) for n in sorted(functions)))
+        call_kernels(module_op, sites,
+                     lambda s: (s.moe, s.E if s.moe else 1, s.N, s.K, s.k if s.moe else 1),
+                     function_name, function_text, self._rewrite, executable_source_text())
 
     @staticmethod
     def _rewrite(site, fn: str) -> None:
