@@ -60,13 +60,9 @@ def parse_config(raw: dict):
 
 def routed_expert_format(raw: dict) -> str:
     """'dense' (bf16/f32 experts) or 'mxfp4' (compressed-tensors mxfp4-pack-quantized experts)."""
-    from day0.models.mxfp4 import quant_method_of
+    from day0.models.mxfp4 import compressed_tensors_expert_format
 
-    method = quant_method_of(raw)
-    require(method in (None, "compressed-tensors-mxfp4"), "quantization_config",
-            f"'{method}' experts are not supported for {MODEL_TYPE} "
-            f"(supported: compressed-tensors mxfp4-pack-quantized)")
-    return "dense" if method is None else "mxfp4"
+    return compressed_tensors_expert_format(raw, MODEL_TYPE)
 
 
 class DecoderLayer(nn.Module):

@@ -86,17 +86,13 @@ def routed_expert_format(raw: dict) -> str:
     experts (Kimi K3's layout, or `day0 quantize --layout compressed-tensors`): per expert
     `w1/w2/w3.weight_packed` u8 [out, in/2] and `weight_scale` u8 [out, in/32]. Any other
     quantization_config is a ConfigError naming the field."""
-    from day0.models.mxfp4 import Mxfp4Error, quant_method_of
+    from day0.models.mxfp4 import Mxfp4Error, compressed_tensors_expert_format
 
     try:
-        method = quant_method_of(raw)
+        return compressed_tensors_expert_format(raw, MODEL_TYPE)
     except Mxfp4Error as e:  # (names the quantization_config field that is not MXFP4)
         raise ConfigError(f"{e}; {MODEL_TYPE} supports only compressed-tensors "
                           f"mxfp4-pack-quantized routed experts") from None
-    require(method in (None, "compressed-tensors-mxfp4"), "quantization_config",
-            f"'{method}' experts are not supported for {MODEL_TYPE} "
-            f"(supported: compressed-tensors mxfp4-pack-quantized)")
-    return "dense" if method is None else "mxfp4"
 
 
 def dense_mlp_name(raw: dict) -> str:

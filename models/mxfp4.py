@@ -189,6 +189,18 @@ def quantization_config_of(config: dict) -> tuple[str, dict | None]:
     return "quantization_config", None
 
 
+def compressed_tensors_expert_format(config: dict, model_type: str) -> str:
+    """'dense' (bf16/f32 routed experts) or 'mxfp4' (compressed-tensors mxfp4-pack-quantized) for
+    an architecture that reads only those; the gpt-oss layout is a ConfigError naming the field."""
+    from day0.models.config import require
+
+    method = quant_method_of(config)
+    require(method in (None, "compressed-tensors-mxfp4"), "quantization_config",
+            f"'{method}' experts are not supported for {model_type} "
+            f"(supported: compressed-tensors mxfp4-pack-quantized)")
+    return "dense" if method is None else "mxfp4"
+
+
 def quant_method_of(config: dict) -> str | None:
     """"mxfp4" (gpt-oss layout), "compressed-tensors-mxfp4", or None (not quantized) for a
     config.json dict. Any other quant_method, or a compressed-tensors format / weight scheme
