@@ -160,6 +160,16 @@ def build_byte_tokenizer(vocab_size: int):
     return tok
 
 
+def seeded_model(model_cls, config, seed: int, tweak):
+    """`model_cls(config)` in float32 and eval mode, initialized from `seed`, then `tweak(model)`
+    (the init changes a tiny checkpoint needs), leaving the caller's RNG state alone."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = model_cls(config).to(torch.float32).eval()
+        tweak(model)
+    return model
+
+
 def write_tiny_checkpoint(path, config, seed: int, max_shard_size=None, tokenizer: bool = True) -> Path:
     """Write a random `DeepseekV32ForCausalLM(config)` (float32, tie-breaking tweaks applied)
     to the directory `path` with `save_pretrained` (safetensors). `max_shard_size` None = one
@@ -167,10 +177,7 @@ def write_tiny_checkpoint(path, config, seed: int, max_shard_size=None, tokenize
     from transformers import DeepseekV32ForCausalLM
 
     path = Path(path)
-    with torch.random.fork_rng(devices=[]):  # leave the caller's RNG state alone
-        torch.manual_seed(seed)
-        model = DeepseekV32ForCausalLM(config).to(torch.float32).eval()
-        _break_ties(model)
+    model = seeded_model(DeepseekV32ForCausalLM, config, seed, _break_ties)
     kwargs = {} if max_shard_size is None else {"max_shard_size": max_shard_size}
     model.save_pretrained(path, safe_serialization=True, **kwargs)
     if tokenizer:

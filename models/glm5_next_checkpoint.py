@@ -92,12 +92,11 @@ def write_tiny_glm5_next_checkpoint(path, config_overrides: dict | None = None, 
     """Write a random Glm5NextForConditionalGeneration (float32) to the directory `path`."""
     from transformers import Glm5NextForConditionalGeneration
 
+    from day0.models.demo_checkpoint import seeded_model
+
     path = Path(path)
-    config = tiny_glm5_next_config(**(config_overrides or {}))
-    with torch.random.fork_rng(devices=[]):  # leave the caller's RNG state alone
-        torch.manual_seed(seed)
-        model = Glm5NextForConditionalGeneration(config).to(torch.float32).eval()
-        _tweak(model)
+    model = seeded_model(Glm5NextForConditionalGeneration, tiny_glm5_next_config(**(config_overrides or {})),
+                         seed, _tweak)
     model.save_pretrained(path, safe_serialization=True)
     return path
 

@@ -72,14 +72,11 @@ def write_tiny_gpt_oss_checkpoint(path, config_overrides: dict | None = None, se
     experts are stored MXFP4-quantized in the gpt-oss layout (see the module docstring)."""
     from transformers import GptOssForCausalLM
 
+    from day0.models.demo_checkpoint import seeded_model
     from day0.models.quantize import quantize_checkpoint
 
     path = Path(path)
-    config = tiny_gpt_oss_config(**(config_overrides or {}))
-    with torch.random.fork_rng(devices=[]):  # leave the caller's RNG state alone
-        torch.manual_seed(seed)
-        model = GptOssForCausalLM(config).to(torch.float32).eval()
-        _tweak(model)
+    model = seeded_model(GptOssForCausalLM, tiny_gpt_oss_config(**(config_overrides or {})), seed, _tweak)
     if not mxfp4:
         model.save_pretrained(path, safe_serialization=True)
         return path

@@ -65,11 +65,9 @@ def write_tiny_kimi_linear_checkpoint(path, config_overrides: dict | None = None
     """Write a random KimiLinearForCausalLM (float32) to the directory `path`."""
     from transformers import KimiLinearForCausalLM
 
+    from day0.models.demo_checkpoint import seeded_model
+
     path = Path(path)
-    config = tiny_kimi_linear_config(**(config_overrides or {}))
-    with torch.random.fork_rng(devices=[]):  # leave the caller's RNG state alone
-        torch.manual_seed(seed)
-        model = KimiLinearForCausalLM(config).to(torch.float32).eval()
-        _tweak(model)
+    model = seeded_model(KimiLinearForCausalLM, tiny_kimi_linear_config(**(config_overrides or {})), seed, _tweak)
     model.save_pretrained(path, safe_serialization=True)
     return path
