@@ -25,6 +25,8 @@
 
 #include <cuda_bf16.h>
 
+#include "mma_bf16.cuh"
+
 #define THREADS 256
 #define WARPS (THREADS / 32)
 #define HEADS 4        // heads per partial CTA
@@ -162,14 +164,6 @@ DSA_KERNELS(bf16, __nv_bfloat16)
 #define MMA_KSTEPS (MAX_D / 16)   // k-steps of the score mma (q fragments held in registers)
 #define MMA_STRIDE (MAX_D + 8)    // shared row stride in bf16: 1168 B, 8 rows hit distinct banks
 #define MMA_CHAINS 4              // independent score accumulators (mma latency)
-
-__device__ __forceinline__ void mma_bf16(float (&c)[4], unsigned a0, unsigned a1, unsigned a2,
-                                         unsigned a3, unsigned b0, unsigned b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 __device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], unsigned addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"

@@ -17,6 +17,8 @@
 // ceil(ceil(T / 16) / gridDim.x) tiles of 16 keys, its warps tiles first + warp + 8 i.
 #include <cuda_bf16.h>
 
+#include "mma_bf16.cuh"
+
 #define THREADS 256
 #define WARPS (THREADS / 32)
 #define KEYS 128      // keys per CTA (16 a warp)
@@ -94,14 +96,6 @@ day0_indexer_scores_bf16(const float* q, const __nv_bfloat16* keys, const float*
 #define MMA_NT (MAX_H / 8)       // 8-head mma tiles
 #define MMA_GROUP 4              // head tiles accumulated at once (H <= 32: one group)
 #define TILE 16                  // keys per mma tile
-
-__device__ __forceinline__ void mma_bf16(float (&c)[4], unsigned a0, unsigned a1, unsigned a2,
-                                         unsigned a3, unsigned b0, unsigned b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 // 16 bytes of keys read once: not kept in L1 (L2 keeps them for the other queries of a prefill).
 __device__ __forceinline__ uint4 ld_stream(const void* p) {
