@@ -36,14 +36,15 @@ class Session:
         entries = manifest["entry_points"]
         # the first turn (position 0) may have a form that scores only the prompt's own keys
         first = "prefill_first" if "prefill_first" in entries else "prefill"
-        # (function, how many outputs sit between the logits and the state: the greedy next token,
-        # in artifacts since it was added)
-        self._prefill, self._decode, self._prefill_first = (
-            (vm.function(name), sum(1 for o in entries[name]["outputs"] if o.startswith("next[")))
-            for name in ("prefill", "decode", first))
+        def entry(name: str):
+            """(function, how many outputs sit between the logits and the state: the greedy next
+            token, in artifacts since it was added)"""
+            return vm.function(name), sum(1 for o in entries[name]["outputs"] if o.startswith("next["))
+
+        self._prefill, self._decode, self._prefill_first = (entry(n) for n in ("prefill", "decode", first))
         # prompts of at least `len` tokens run through the static-length prefill (lowering/build.py)
         self._chunk_len = entries.get("prefill_chunk", {}).get("len", 0)
-        self._chunk = (vm.function("prefill_chunk"), 1) if self._chunk_len else None
+        self._chunk = entry("prefill_chunk") if self._chunk_len else None
         self.reset()
 
     @classmethod

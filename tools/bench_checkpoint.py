@@ -48,9 +48,10 @@ CHUNK = 1 << 26  # elements generated at a time
 _DTYPES = {"bf16": "BF16", "f32": "F32", "u8": "U8"}
 
 
-def raw_config(name: str) -> dict:
-    """config.json of a benchmark config: transformers' DeepseekV32Config with compressed-tensors
-    MXFP4 quantization of every Linear except the ones listed (all but the routed experts)."""
+def raw_config(name: str) -> tuple[dict, list]:
+    """config.json of a benchmark config (transformers' DeepseekV32Config with compressed-tensors
+    MXFP4 quantization of every Linear except the ones listed: all but the routed experts), and
+    its checkpoint tensors (`_tensors`)."""
     import transformers
 
     from day0.models.mxfp4 import compressed_tensors_quantization_config
@@ -59,11 +60,11 @@ def raw_config(name: str) -> dict:
     raw.pop("transformers_version", None)
     raw.pop("_name_or_path", None)
     raw["architectures"] = ["DeepseekV32ForCausalLM"]
-    ignore = sorted(n.removesuffix(".weight") for n, (shape, kind) in _tensors(dict(raw, quantization_config=
-                    compressed_tensors_quantization_config()))
+    tensors = _tensors(dict(raw, quantization_config=compressed_tensors_quantization_config()))
+    ignore = sorted(n.removesuffix(".weight") for n, (shape, kind) in tensors
                     if n.endswith(".weight") and kind == "bf16" and len(shape) == 2 and "embed_tokens" not in n)
     raw["quantization_config"] = compressed_tensors_quantization_config(ignore)
-    return raw
+    return raw, tensors  # (the ignore list changes no tensor)
 
 
 def _tensors(raw: dict) -> list[tuple[str, tuple[tuple[int, ...], str]]]:
@@ -125,8 +126,7 @@ def write(out: Path, config: str = "e2e", seed: int = 0) -> Path:
         return out
     if out.exists():
         shutil.rmtree(out)
-    raw = raw_config(config)
-    tensors = _tensors(raw)
+    raw, tensors = raw_config(config)
     shards: list[list[tuple[int, str, tuple, str]]] = [[]]
     size = 0
     for i, (name, (shape, kind)) in enumerate(tensors):
