@@ -21,7 +21,8 @@ def dsa_attention(q: Tensor, kv: Tensor, indices: Tensor, scale: float, value_di
     indices: [S, K]     i64   selected rows per query, -1 marks an empty slot
     returns: [S, H, value_dim] f32, softmax(scale · q·kᵀ) over the selected rows · v.
     A query whose slots are all empty gets zeros. q and kv may both be bf16 instead: the math
-    stays f32 and the result is bf16.
+    stays f32 on the widened (exact) q and rows, and the result is that f32 result rounded once to
+    bf16 (nearest even): a caller that widens it back sees bf16 values (a lowering may not skip it).
     """
     valid = indices >= 0  # [S, K]
     rows = kv[indices.clamp(min=0)].float()  # [S, K, D]

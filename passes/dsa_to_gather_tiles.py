@@ -22,6 +22,14 @@ and out = acc / max(l, tiny) (a query with only empty slots has acc = l = 0 -> o
 NEG is a large finite negative: with -inf an all-empty tile would give exp(-inf - -inf) = NaN.
 The first tile initialises (m, l, acc) directly, so no [S, H, 1] fill is needed.
 
+bf16 io: q and the gathered rows are widened to f32; out is rounded to nearest-even bf16 on its
+f32 bits (integer ops), so its narrowing to bf16 is exact. A bare f32 -> bf16 -> f32 round trip
+does not survive IREE's CPU codegen when the narrowing and the consumer's widening land in one
+dispatch: iree-convert-bf16-arith-to-f32 turns both into no-ops, so the model's `.float()` of the
+result saw the unrounded f32 (the deepseek_v32 artifact with bf16 caches then differed from eager
+by 1.3e-3). The widened q is rounded the same way (a no-op on real bf16 values), so the caller's
+narrowing of q survives even if it lands in the dispatch that widens it.
+
 Decode form (S == 1): q is viewed as [H, D] and every product is an `mm` (matvec-shaped).
 Prefill form (S dynamic or > 1): batched over queries with `bmm`; the only queries × keys tensor
 is one tile's scores [S, H, tile]. Neither form materialises a seq × seq (or T × T) tensor.
@@ -39,6 +47,7 @@ OP_NAME = "torch.day0.dsa_attention"
 _FLOAT_DTYPES = {"f32": -1.0e30, "bf16": -1.0e30, "f16": -3.0e4}  # dtype -> NEG (finite)
 _INDEX_DTYPES = ("si64", "si32")
 _SCALAR_TYPE = {"f16": 5, "f32": 6, "bf16": 15}  # torch ScalarType codes for aten.to.dtype
+_SI32 = 3  # torch ScalarType code of int32 (aten.view.dtype of f32 bits)
 _TINY = 1.0e-30  # l is 0 (all slots empty) or >= 1 (the max slot adds exp(0))
 
 # ---------------------------------------------------------------------------------------------
@@ -127,13 +136,29 @@ def _rewrite(site: _Site, tile: int, block: int = 0) -> Value:
             return value
         return b.op("torch.aten.to.dtype", [value, b.int(_SCALAR_TYPE[dtype]), b.bool(False), b.bool(False),
                                             b.none()], T(*dims, dtype=dtype))
+
+    def round_bf16(value, dims):
+        # f32 `value` rounded to the nearest bf16 (ties to even), still f32: the integer form of
+        # arith.truncf, which IREE's CPU codegen cannot drop (see the module docstring). Exact
+        # for every finite value and infinities; only a NaN with an all-ones payload changes.
+        i32 = lambda: T(*dims, dtype="si32")  # noqa: E731
+        bits = b.op("torch.aten.view.dtype", [value, b.int(_SI32)], i32())
+        lsb = b.op("torch.aten.bitwise_and.Scalar", [bits, b.int(1 << 16)], i32())
+        lsb = b.op("torch.aten.floor_divide.Scalar", [lsb, b.int(1 << 16)], i32())  # 0 or 1
+        bits = b.op("torch.aten.add.Scalar", [bits, b.int(0x7FFF), one], i32())
+        bits = b.op("torch.aten.add.Tensor", [bits, lsb, one], i32())
+        bits = b.op("torch.aten.bitwise_and.Scalar", [bits, b.int(-(1 << 16))], i32())
+        return b.op("torch.aten.view.dtype", [bits, b.int(_SCALAR_TYPE[f])], T(*dims))
+
     # Leading dims of per-query tensors: () in decode form, (S,) in prefill form.
     lead = () if decode else (S,)
     mm = "torch.aten.mm" if decode else "torch.aten.bmm"
     one, zero, last = b.int(1), b.int(0), b.int(-1)
 
     q = b.op("torch.aten.view", [site.q, b.ints([H, D])], T(H, D, dtype=io)) if decode else site.q
-    q = to(q, (*(() if decode else (S,)), H, D), f)
+    q = to(q, (*lead, H, D), f)
+    if io == "bf16":
+        q = round_bf16(q, (*lead, H, D))
     idx = b.op("torch.aten.view", [site.idx, b.ints([K])], T(K, dtype=site.idx_dtype)) if decode else site.idx
     slot_dim = b.int(0 if decode else 1)
     step = block or tile
@@ -211,6 +236,8 @@ def _rewrite(site: _Site, tile: int, block: int = 0) -> Value:
     out = b.op("torch.aten.div.Tensor", [acc, l], T(*lead, H, V))
     if decode:
         out = b.op("torch.aten.view", [out, b.ints([1, H, V])], T(1, H, V))
+    if io == "bf16":
+        out = round_bf16(out, (S, H, V))
     return to(out, (S, H, V), io)
 
 

@@ -129,6 +129,42 @@ def test_bf16_io_accumulates_in_f32():
     assert np.abs(got - want).max() <= 2**-8 * np.abs(want).max()  # one bf16 rounding
 
 
+
+@pytest.mark.parametrize("S", [1, 5])
+def test_bf16_roundings_survive_a_fused_consumer(S):
+    """As SparseMLA uses it with bf16 caches: an f32 query narrowed to bf16, the bf16 result widened
+    and fed to a matmul. IREE's CPU codegen drops a truncf -> extf pair inside one dispatch, which
+    lost the result's bf16 rounding (~2e-2 off here); the pass rounds on the bits instead."""
+    import iree.compiler as ireec
+    import iree.runtime as ireert
+    import ml_dtypes
+    from torch_mlir import fx
+
+    h, d, t, k, v = 4, 40, 64, 8, 32
+    gen = torch.Generator().manual_seed(S)
+    w = torch.randn(h, 16, v, generator=gen)
+
+    class Mla(torch.nn.Module):
+        def forward(self, q, kv, idx):
+            o = torch.ops.day0.dsa_attention(q.to(torch.bfloat16), kv, idx, 0.2, v).float()
+            return torch.einsum("shr,hvr->shv", o, w)
+
+    q = torch.randn(S, h, d, generator=gen) * 3
+    kv = torch.randn(t, d, generator=gen).to(torch.bfloat16)
+    idx = torch.randint(0, t, (S, k), generator=gen)
+    with new_context():
+        m = parse_module(str(fx.export_and_import(Mla(), q, kv, idx, output_type="raw")))
+        run_pipeline(m, "builtin.module(dsa-to-gather-tiles)")
+        text = str(m)
+    vmfb = ireec.compile_str(text, input_type="torch", target_backends=["llvm-cpu"],
+                             extra_args=["--iree-llvmcpu-target-cpu=host", "--iree-opt-level=O3",
+                                         "--iree-dispatch-creation-enable-aggressive-fusion"])
+    f = ireert.load_vm_flatbuffer(vmfb, backend="llvm-cpu")["main"]
+    kv_np = kv.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    got = np.asarray(f(q.numpy(), kv_np, idx.numpy()).to_host())
+    want = Mla()(q, kv, idx).numpy()
+    np.testing.assert_allclose(got, want, atol=1e-5 * np.abs(want).max(), rtol=0)
+
 def _block_indices(S: int, n: int, block: int, t: int, gen: torch.Generator) -> torch.Tensor:
     """glm5_next-shaped selections [S, n·block + block − 1]: n whole aligned blocks (or -1 blocks)
     then a tail block's first few positions (-1 after them), as the k-pool indexer emits."""
