@@ -17,12 +17,6 @@ Why each llvm-cpu flag (measured with IREE 3.13 on the 2-core dev CPU, see DESIG
   --iree-llvmcpu-reassociate-fp-reductions  the fused MXFP4 matvec is fast only with it
   --iree-opt-data-tiling=false              weights are runtime parameters: data tiling would
                                             repack them on every call
-  --iree-llvmcpu-stack-allocation-limit=131072
-                                            KDA's chunk loop scatters each chunk's output
-                                            [H, 64, K] into the sequence's; IREE keeps that tile
-                                            on the stack (57 KB at H = 8, K = 32: over the 32 KB
-                                            default, compile error). Larger H·K needs the model to
-                                            write chunks without a scatter (docs/perf.md).
 """
 
 from __future__ import annotations
@@ -141,7 +135,6 @@ TARGETS: dict[str, Target] = {
             "--iree-dispatch-creation-enable-aggressive-fusion",
             "--iree-llvmcpu-reassociate-fp-reductions",
             "--iree-opt-data-tiling=false",
-            "--iree-llvmcpu-stack-allocation-limit=131072",
         ),
         device="local-task",
     ),

@@ -8,8 +8,9 @@ two forms the model needs, each on one sequence (no batch dim), float32 througho
                    appended (a static amount, so torch.export makes no guard on T) and the loop
                    runs ceil(T / chunk) chunks; a zero token (k = v = q = g = β = 0) leaves the
                    state unchanged and its output is dropped. The loop is a `torch.while_loop`
-                   while exporting (dynamic chunk count; every tensor it reads is loop-carried,
-                   because torch-mlir imports closure-captured tensors wrongly) and a Python loop
+                   while exporting (dynamic chunk count, an int loop variable; every tensor it
+                   reads is loop-carried, because torch-mlir imports closure-captured tensors
+                   wrongly; chunks are read and written as slices) and a Python loop
                    in eager mode. (Padding to a multiple of the chunk and reshaping to
                    [chunks, chunk] instead makes floor-division guards torch.export cannot prove.)
 
@@ -104,16 +105,22 @@ def kda_chunked(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state:
     if torch.compiler.is_exporting():
         from torch._higher_order_ops.while_loop import while_loop
 
-        def cond(i, st, out, qx, *rest):
-            return i * chunk < qx.shape[1] - chunk  # (T from a carried shape: captured sizes import wrongly too)
+        def cond(i, st, out, qx, *rest):  # (T from a carried shape: captured sizes import wrongly too)
+            return torch.scalar_tensor(i * chunk, dtype=torch.int64) < qx.shape[1] - chunk
 
         def body(i, st, out, *xs):
-            rows = i * chunk + torch.arange(chunk, dtype=torch.int64)
-            o, st = _chunk(*(x.index_select(1, rows) for x in xs), st)
-            return i + 1, st, out.index_copy(1, rows, o), *(x.clone() for x in xs)
+            # i is a loop-carried int: each chunk is a slice at a dynamic offset and its output a
+            # slice_scatter (extract_slice / insert_slice), not a gather and a scatter
+            start = i * chunk
+            torch._check(start >= 0)
+            for x in (out, *xs):  # (each carried tensor has its own length symbol)
+                torch._check(start <= x.shape[1] - chunk)
+                torch._check(start <= x.shape[1])
+            o, st = _chunk(*(x.narrow(1, start, chunk).reshape((H, chunk) + x.shape[2:]) for x in xs), st)
+            return i + 1, st, out.slice_scatter(o, 1, start, start + chunk), *(x.clone() for x in xs)
 
         out0 = torch.zeros(H, T + chunk, v.shape[-1], dtype=v.dtype, device=v.device)
-        _, state, out, *_ = while_loop(cond, body, (torch.zeros((), dtype=torch.int64), state, out0, *xs))
+        _, state, out, *_ = while_loop(cond, body, (0, state, out0, *xs))
         out = out[:, :T]
     else:
         outs = []

@@ -12,7 +12,7 @@ from day0.models.kda import kda_chunked, kda_recurrent
 H, K, V = 2, 8, 6
 
 
-def _inputs(T: int, seed: int):
+def _inputs(T: int, seed: int, H: int = H, K: int = K, V: int = V):
     g = torch.Generator().manual_seed(seed)
     q = F.normalize(torch.randn(T, H, K, generator=g), dim=-1)
     k = F.normalize(torch.randn(T, H, K, generator=g), dim=-1)
@@ -67,25 +67,31 @@ def test_chunked_matches_transformers_chunk_form():
     torch.testing.assert_close(got_s, want_s[0], rtol=1e-4, atol=1e-5)
 
 
-def test_chunked_compiles_with_a_dynamic_length():
+@pytest.mark.parametrize("shape", [(H, K, V, 16), (8, 32, 32, 64)], ids=["tiny", "h8-k32-chunk64"])
+def test_chunked_compiles_with_a_dynamic_length(shape):
     """torch.export turns the chunk loop into a while_loop; IREE runs it for any length, whole
-    chunks or not (the form appends one static chunk of zeros, so no guard on the length)."""
+    chunks or not (the form appends one static chunk of zeros, so no guard on the length).
+    Chunks are read and written as slices: at H=8, K=V=32, chunk 64 a scattered output tile
+    (64 KB) would exceed IREE's CPU stack limit (32 KB) and fail to compile."""
     import iree.compiler as ireec
     import iree.runtime as rt
     from torch_mlir import fx
 
+    h, k, v, chunk = shape
+
     class Chunked(torch.nn.Module):
         def forward(self, q, k, v, gate, beta, state):
-            return kda_chunked(q, k, v, gate, beta, state, chunk=16)
+            return kda_chunked(q, k, v, gate, beta, state, chunk=chunk)
 
     t = torch.export.Dim("t", min=2, max=256)
     dyn = ({0: t}, {0: t}, {0: t}, {0: t}, {0: t}, None)
-    m = fx.export_and_import(Chunked(), *_inputs(37, 1), output_type="raw", dynamic_shapes=dyn)
+    m = fx.export_and_import(Chunked(), *_inputs(37, 1, h, k, v), output_type="raw", dynamic_shapes=dyn)
+    assert "index_put" not in str(m) and "scatter" not in str(m).replace("slice_scatter", "")
     vmfb = ireec.compile_str(str(m), input_type="torch", target_backends=["llvm-cpu"],
                              extra_args=["--iree-llvmcpu-target-cpu=host"])
     f = rt.load_vm_flatbuffer(vmfb, backend="llvm-cpu")["main"]
     for T in (2, 16, 37, 112):
-        args = _inputs(T, T + 1)
+        args = _inputs(T, T + 1, h, k, v)
         got_o, got_s = (np.asarray(x.to_host()) for x in f(*(a.numpy() for a in args)))
         want_o, want_s = kda_recurrent(*args)
         np.testing.assert_allclose(got_o, want_o.numpy(), rtol=1e-4, atol=1e-5)
