@@ -31,34 +31,43 @@ SETTINGS = {  # per benchmark config: the checkpoint config, contexts, the artif
     # transformers' dtype (bf16 as benchmarked; f32 in the CPU test, where it must match tightly:
     # in bf16 a router near-tie flips an expert choice and the rows part by O(0.1))
     "full": {"checkpoint": "e2e", "contexts": [1024, 4096], "max_seq_len": 4096 + 128,
-             "transformers_dtype": "bfloat16"},
-    "tiny": {"checkpoint": "tiny", "contexts": [24, 40], "max_seq_len": 64, "transformers_dtype": "float32"},
+             "transformers_dtype": "bfloat16", "cache_dtypes": ["float32", "bfloat16"]},
+    "tiny": {"checkpoint": "tiny", "contexts": [24, 40], "max_seq_len": 64, "transformers_dtype": "float32",
+             "cache_dtypes": ["float32", "bfloat16"]},
 }
 SEED = 0
 # day0 sources the e2e run needs on the host (the eager model and the runtime; no compiler)
 SHIPPED_DIRS = ["models", "runtime"]
-SHIPPED = ["frontend/__init__.py", "frontend/ops.py", "tools/bench_checkpoint.py", "tools/bench_e2e.py"]
+SHIPPED = ["frontend/__init__.py", "frontend/ops.py", "tools/bench_checkpoint.py", "tools/bench_e2e.py",
+           "tools/gpu_artifact_profile.py"]
 
 
 def package(out: Path, config: str, target: str, cache: Path) -> dict:
-    """Compile the benchmark checkpoint (written once under `cache`) into out/e2e/artifact."""
+    """Compile the benchmark checkpoint (written once under `cache`) into out/e2e/artifact-<cache
+    dtype>, one artifact per cache dtype of the config."""
     from day0.lowering.build import BuildOptions, compile_checkpoint
     from day0.tools import bench_checkpoint
 
     s = SETTINGS[config]
     ckpt = bench_checkpoint.write(cache / f"ckpt-{s['checkpoint']}-{SEED}", s["checkpoint"], SEED)
-    art = out / "e2e" / "artifact"
-    if art.exists():
-        shutil.rmtree(art)
-    compile_checkpoint(ckpt, art, BuildOptions(target=target, max_seq_len=s["max_seq_len"]))
+    for dtype in s["cache_dtypes"]:
+        art = out / "e2e" / f"artifact-{dtype}"
+        if art.exists():
+            shutil.rmtree(art)
+        compile_checkpoint(ckpt, art, BuildOptions(target=target, max_seq_len=s["max_seq_len"], cache_dtype=dtype))
+    ship_sources(out, SHIPPED)
+    return {"checkpoint": s["checkpoint"], "seed": SEED, **s}
+
+
+def ship_sources(out: Path, files) -> None:
+    """Copy the day0 sources a model run on the host needs (models/, runtime/ and `files`) to out/day0."""
     src = Path(__file__).resolve().parent.parent
     for d in SHIPPED_DIRS:
         shutil.copytree(src / d, out / "day0" / d, dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns("__pycache__"))
-    for rel in SHIPPED:
+    for rel in files:
         (out / "day0" / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src / rel, out / "day0" / rel)
-    return {"checkpoint": s["checkpoint"], "seed": SEED, **s}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -231,21 +240,29 @@ def run(pkg: Path, spec: dict, device: str) -> dict:
     res = {"piece": "e2e", "contexts": e["contexts"], "max_seq_len": e["max_seq_len"],
            "transformers_dtype": e["transformers_dtype"],
            "decode_steps": DECODE_STEPS}
-    day0 = _time_day0(pkg / "e2e" / "artifact", ckpt, device, prompts, forced)
-    res["state_bytes"] = day0.pop("state_bytes")
+    day0, res["state_bytes"] = {}, {}
+    for dtype in e["cache_dtypes"]:
+        day0[dtype] = _time_day0(pkg / "e2e" / f"artifact-{dtype}", ckpt, device, prompts, forced)
+        res["state_bytes"][dtype] = day0[dtype].pop("state_bytes")
     model, step = _day0_eager(ckpt, e["max_seq_len"], dev)
-    ours = _time_eager(step, dev, prompts, forced)
+    ours = {}
+    for dtype in e["cache_dtypes"]:  # the eager model with the artifact's caches: its check
+        model.cache_dtype = dtype
+        ours[dtype] = _time_eager(step, dev, prompts, forced)
+    model.cache_dtype = "float32"
     ref, ref_step = _transformers_eager(model, raw, dev, e["transformers_dtype"])
     del step
     theirs = _time_eager(ref_step, dev, prompts, forced)
     rows = []
     for c in e["contexts"]:
-        rows.append({"context": c,
-                     **{f"day0_{k}": day0[c][k] for k in ("ttft_ms", "decode_ms")},
-                     **{f"eager_{k}": ours[c][k] for k in ("ttft_ms", "decode_ms")},
-                     **{f"transformers_{k}": theirs[c][k] for k in ("ttft_ms", "decode_ms")},
-                     "day0_vs_eager": _compare(day0[c], ours[c]),
-                     "transformers_vs_eager": _compare(theirs[c], ours[c])})
+        for dtype in e["cache_dtypes"]:
+            rows.append({"context": c, "cache_dtype": dtype,
+                         **{f"day0_{k}": day0[dtype][c][k] for k in ("ttft_ms", "decode_ms")},
+                         **{f"eager_{k}": ours[dtype][c][k] for k in ("ttft_ms", "decode_ms")},
+                         **{f"transformers_{k}": theirs[c][k] for k in ("ttft_ms", "decode_ms")},
+                         "day0_vs_eager": _compare(day0[dtype][c], ours[dtype][c]),
+                         "day0_vs_eager_f32": _compare(day0[dtype][c], ours["float32"][c]),
+                         "transformers_vs_eager": _compare(theirs[c], ours["float32"][c])})
     res["rows"] = rows
     del ref, model
     if dev == "cuda":
@@ -254,16 +271,17 @@ def run(pkg: Path, spec: dict, device: str) -> dict:
 
 
 def table(r: dict) -> str:
-    lines = [f"{'e2e ctx':<10}{'day0 ms/tok':>12}{'eager':>9}{'transf.':>9}{'day0 TTFT ms':>14}"
+    lines = [f"{'e2e ctx':<10}{'caches':>9}{'day0 ms/tok':>12}{'eager':>9}{'transf.':>9}{'day0 TTFT ms':>14}"
              f"{'eager':>9}{'transf.':>9}{'transf./day0':>13}{'dec err':>10}{'rows ok':>9}"]
     for row in r["rows"]:
-        lines.append(f"{row['context']:<10}{row['day0_decode_ms']:>12.2f}{row['eager_decode_ms']:>9.2f}"
-                     f"{row['transformers_decode_ms']:>9.2f}{row['day0_ttft_ms']:>14.1f}{row['eager_ttft_ms']:>9.1f}"
+        lines.append(f"{row['context']:<10}{row['cache_dtype'][:4]:>9}{row['day0_decode_ms']:>12.2f}"
+                     f"{row['eager_decode_ms']:>9.2f}{row['transformers_decode_ms']:>9.2f}{row['day0_ttft_ms']:>14.1f}{row['eager_ttft_ms']:>9.1f}"
                      f"{row['transformers_ttft_ms']:>9.1f}"
                      f"{row['transformers_decode_ms'] / row['day0_decode_ms']:>13.1f}"
                      f"{row['day0_vs_eager']['decode_max_rel_err']:>10.1e}"
                      f"{row['day0_vs_eager']['prompt_rows_within_1e-3']:>9.3f}")
-    lines.append("e2e: greedy decode ms per token and time to first token; eager = day0's model in PyTorch "
-                 f"(f32 math), transf. = transformers eager ({r['transformers_dtype']}); dec err: day0 vs eager, "
+    lines.append("e2e: greedy decode ms per token and time to first token; caches: day0's latent and indexer "
+                 "caches (f32 or bf16); eager = day0's model in PyTorch (f32 math, the same caches), "
+                 f"transf. = transformers eager ({r['transformers_dtype']}); dec err: day0 vs eager, "
                  "worst teacher-forced decode step; rows ok: fraction of prompt rows within 1e-3 of eager")
     return "\n".join(lines)

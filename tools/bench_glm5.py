@@ -13,16 +13,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from day0.models.glm5_next_checkpoint import BENCH_SMALL
 from day0.tools.bench import arguments, bench_day0, time_transformers
 
-SMALL = dict(vocab_size=1024, hidden_size=256, intermediate_size=512, moe_intermediate_size=256,
-             num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=8, q_lora_rank=128,
-             kv_lora_rank=64, qk_nope_head_dim=32, v_head_dim=32, n_routed_experts=16,
-             num_experts_per_tok=4, index_topk=64, index_head_dim=32, index_n_heads=8, index_kpool=8,
-             layer_types=["linear_attention", "indexed_attention", "indexed_attention", "linear_attention"],
-             indexer_types=["full", "full", "shared", "full"],
-             mlp_layer_types=["dense", "sparse", "sparse", "sparse"],
-             linear_head_dim=32, linear_num_heads=8, hc_mult=2)
 MAX_SEQ_LEN = 512
 
 
@@ -42,11 +35,11 @@ def main(argv=None) -> int:
     work = Path(a.workdir)
     ckpt = work / "checkpoint"
     if not (ckpt / "config.json").exists():
-        write_tiny_glm5_next_checkpoint(ckpt, SMALL, seed=0)
+        write_tiny_glm5_next_checkpoint(ckpt, BENCH_SMALL, seed=0)
     artifact = work / "artifact"
     if not (artifact / "manifest.json").exists():
         compile_checkpoint(ckpt, artifact, BuildOptions(max_seq_len=MAX_SEQ_LEN))
-    prompt = np.random.default_rng(0).integers(0, SMALL["vocab_size"], a.prompt_len).astype(np.int64)
+    prompt = np.random.default_rng(0).integers(0, BENCH_SMALL["vocab_size"], a.prompt_len).astype(np.int64)
     ours = bench_day0(artifact, prompt, a.decode_steps, a.repeats, "local-task")
     ref = bench_transformers(ckpt, prompt, a.decode_steps, a.repeats)
     print(f"\nglm5_next small (4 layers, hidden 256, 16 experts), prompt {a.prompt_len}, "
@@ -56,7 +49,7 @@ def main(argv=None) -> int:
         print(f"{k:<15}{ours[k]:>10.1f}{ref[k]:>14.1f}{ours[k] / ref[k]:>9.2f}x")
     out = Path(a.json) if a.json else work / "bench.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"day0": ours, "transformers": ref, "config": SMALL,
+    out.write_text(json.dumps({"day0": ours, "transformers": ref, "config": BENCH_SMALL,
                                "prompt_len": a.prompt_len, "decode_steps": a.decode_steps}, indent=2))
     print(f"wrote {out}")
     return 0

@@ -17,6 +17,10 @@ Pieces (GLM-5.3-Flash shapes in the `full` config):
         keys, top-2048, MQA of 64 heads over the selected 512-d latent rows; at T = 32K, 128K,
         1M. day0 (indexer + radix top-k + dsa-to-gather-tiles) vs PyTorch dense MQA over all T
         rows vs PyTorch eager sparse (the same steps in eager ops). Caches in bf16.
+  e2e   PERF.md's 4.9B deepseek_v32 end to end (tools/bench_e2e.py): decode ms per token and time
+        to first token at 1K and 4K, day0 with f32 and with bf16 caches vs transformers eager.
+  glm5  `make bench`'s small glm5_next (tools/bench_gpu_glm5.py): prefill and decode tokens/s, day0
+        vs transformers eager on the GPU, with a teacher-forced check against it.
 Limit: the bytes a step must read ÷ the measured device copy bandwidth (read + write).
 
 Timing: a day0 call has a host floor (~100 µs on the H200); each vmfb is compiled twice, with the
@@ -139,14 +143,14 @@ def _compile(module, args, pipeline: str, target: str, out: Path) -> None:
     compile_mlir(text, target, out, repro_dir=out.parent / f"{out.stem}.repro")
 
 
-PIECES = ("moe", "dsa", "e2e")
+PIECES = ("moe", "dsa", "e2e", "glm5")
 E2E_GOALS_MS = {"decode_ms": 2.0, "ttft_ms": 100.0}  # at 4K context
 
 
 def package(out: Path, config: str, target: str, pieces=PIECES, cache: Path = Path(".cache/bench-gpu-ckpt")) -> None:
     import torch
 
-    from day0.tools import bench_e2e
+    from day0.tools import bench_e2e, bench_gpu_glm5
 
     from day0.passes.pipelines import RADIX_MIN_ROW, dsa_tile, kept_ops
 
@@ -173,8 +177,10 @@ def package(out: Path, config: str, target: str, pieces=PIECES, cache: Path = Pa
             _compile(steps, args, f"builtin.module({index}{topk}topk-to-linalg-ext,{dsa})", target, out / f"{name}.vmfb")
             entries[name] = {"piece": "dsa", "context": T, "reps": r}
     e2e = bench_e2e.package(out, config, target, cache) if "e2e" in pieces else None
+    glm5 = bench_gpu_glm5.package(out, config, target, cache) if "glm5" in pieces else None
     (out / "bench.json").write_text(json.dumps({"config": config, "target": target, "seed": SEED, "shapes": cfg,
-                                                "pieces": list(pieces), "vmfbs": entries, "e2e": e2e}, indent=2))
+                                                "pieces": list(pieces), "vmfbs": entries, "e2e": e2e,
+                                                "glm5": glm5}, indent=2))
     src = Path(__file__).resolve().parent.parent
     for rel in _SHIPPED:
         dst = out / "day0" / rel
@@ -371,7 +377,7 @@ def run_dsa(pkg: Path, spec: dict, T: int, dev: str, device: str, bw: float) -> 
 def run(pkg: Path, device: str, json_out: Path | None, pieces=PIECES) -> list[dict]:
     import torch
 
-    from day0.tools import bench_e2e
+    from day0.tools import bench_e2e, bench_gpu_glm5
 
     spec = json.loads((pkg / "bench.json").read_text())
     pieces = [p for p in pieces if p in spec.get("pieces", ("moe", "dsa"))]
@@ -390,6 +396,9 @@ def run(pkg: Path, device: str, json_out: Path | None, pieces=PIECES) -> list[di
     if "e2e" in pieces:
         results.append(bench_e2e.run(pkg, spec, device))
         print(json.dumps(results[-1]), flush=True)
+    if "glm5" in pieces:
+        results.append(bench_gpu_glm5.run(pkg, spec, device))
+        print(json.dumps(results[-1]), flush=True)
     print(table(results))
     if json_out:
         json_out.write_text(json.dumps(results, indent=2))
@@ -397,14 +406,14 @@ def run(pkg: Path, device: str, json_out: Path | None, pieces=PIECES) -> list[di
 
 
 def table(results: list[dict]) -> str:
-    from day0.tools import bench_e2e
+    from day0.tools import bench_e2e, bench_gpu_glm5
 
     bw = results[0]
     lines = [f"device {bw['device']}, copy bandwidth {bw['copy_GBps']:.0f} GB/s (read + write)",
              f"{'piece':<14}{'day0 step µs':>14}{'day0 call µs':>14}{'torch A µs':>12}{'torch B µs':>12}"
              f"{'limit µs':>10}{'limit/day0':>11}{'A/day0':>8}"]
     for r in results[1:]:
-        if r["piece"] == "e2e":
+        if r["piece"] in ("e2e", "glm5"):
             continue
         if r["piece"] == "moe":
             name, a, b = "moe", r["torch_bf16_us"], r["torch_dequant_us"]
@@ -418,6 +427,7 @@ def table(results: list[dict]) -> str:
     lines.append("torch A: moe = bf16 pre-dequantized, dsa = eager sparse; torch B: moe = dequantize per "
                  "call, dsa = dense MQA over all keys")
     lines += [bench_e2e.table(r) for r in results if r["piece"] == "e2e"]
+    lines += [bench_gpu_glm5.table(r) for r in results if r["piece"] == "glm5"]
     return "\n".join(lines)
 
 
@@ -469,22 +479,43 @@ def plot(results_path: Path, out_dir: Path) -> list[Path]:
         save(fig, "bench_gpu_dsa.png")
     for e2e in [r for r in results if r["piece"] == "e2e"][:1]:
         fig, axes = plt.subplots(1, 2, figsize=(8, 3.2))
-        who = (("day0", "day0", "#2a7"), ("transformers", f"transformers ({e2e['transformers_dtype']})", "#888"),
-               ("eager", "day0's model, eager", "#bbb"))
+        rows = e2e["rows"]
+        contexts = sorted({row["context"] for row in rows})
+        dtypes = [d for d in ("float32", "bfloat16") if any(row.get("cache_dtype", "float32") == d for row in rows)]
+        first = {c: next(row for row in rows if row["context"] == c) for c in contexts}
+        bars = [(f"day0, {d[:4]} caches", color,
+                 {row["context"]: row for row in rows if row.get("cache_dtype", "float32") == d}, "day0")
+                for d, color in zip(dtypes, ("#2a7", "#176"))]
+        bars += [(f"transformers ({e2e['transformers_dtype']})", "#888", first, "transformers"),
+                 ("day0's model, eager", "#bbb", first, "eager")]
         for ax, metric, label, goal in ((axes[0], "decode_ms", "ms per token (decode)", E2E_GOALS_MS["decode_ms"]),
                                         (axes[1], "ttft_ms", "ms to first token", E2E_GOALS_MS["ttft_ms"])):
             ax.axhline(goal, color="#36c", linestyle=":", label="goal (issue 4)")
-            width = 0.27
-            for j, (key, name, color) in enumerate(who):
-                vals = [row[f"{key}_{metric}"] for row in e2e["rows"]]
+            width = 0.8 / len(bars)
+            for j, (name, color, by_context, key) in enumerate(bars):
+                vals = [by_context[c][f"{key}_{metric}"] for c in contexts]
                 ax.bar([i + j * width for i in range(len(vals))], vals, width, label=name, color=color)
-            ax.set_xticks([i + width for i in range(len(e2e["rows"]))],
-                          [f"{row['context'] // 1024}K" for row in e2e["rows"]])
+            ax.set_xticks([i + 0.4 - width / 2 for i in range(len(contexts))], [f"{c // 1024}K" for c in contexts])
             ax.set_yscale("log")
             ax.set_ylabel(label)
         axes[0].legend(fontsize=7)
         fig.suptitle(f"4.9B deepseek_v32, MXFP4 experts, greedy, {device}", fontsize=9)
         save(fig, "bench_gpu_e2e.png")
+    for glm5 in [r for r in results if r["piece"] == "glm5"][:1]:
+        fig, ax = plt.subplots(figsize=(6, 2.6))
+        labels, width = ("prefill", "decode"), 0.38
+        for j, (who, color) in enumerate((("day0", "#2a7"), ("transformers", "#888"))):
+            vals = [glm5[f"{who}_{k}_tok_s"] for k in labels]
+            ax.barh([i + j * width for i in range(2)], vals, width, color=color,
+                    label="day0" if who == "day0" else "transformers eager (f32)")
+            for i, v in enumerate(vals):
+                ax.text(v, i + j * width, f" {v:.0f}", va="center", fontsize=8)
+        ax.set_yticks([i + width / 2 for i in range(2)], [f"{k} tok/s" for k in labels])
+        ax.set_xscale("log")
+        ax.legend(fontsize=7)
+        ax.set_title(f"glm5_next small (KDA + k-pool DSA + mHC + MoE), prompt {glm5['prompt_len']}, {device}",
+                     fontsize=9)
+        save(fig, "bench_gpu_glm5.png")
     return written
 
 

@@ -1,0 +1,84 @@
+"""Where a compiled artifact's time goes on the GPU: torch.profiler (CUPTI) over IREE's kernels
+during one prefill and a few decode steps of a day0 artifact, grouped by kernel name.
+
+    python -m day0.tools.gpu_artifact_profile ARTIFACT --checkpoint CKPT [--prompt N] [--steps N]
+
+GPU host only (torch with CUDA, the iree runtime wheel). Prints, per phase, the wall time, the
+kernel count and device time, and the kernels by total device time; --json writes it all.
+"""
+
+import argparse
+import json
+import time
+from collections import defaultdict
+from pathlib import Path
+
+
+def _profile(fn):
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        fn()
+        wall = time.perf_counter() - t0
+    kernels = defaultdict(lambda: [0, 0.0])
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            k = kernels[e.name]
+            k[0] += 1
+            k[1] += e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
+    rows = sorted(({"kernel": n, "launches": c, "us": round(us, 1)} for n, (c, us) in kernels.items()),
+                  key=lambda r: -r["us"])
+    return {"wall_ms": round(wall * 1e3, 2), "launches": sum(r["launches"] for r in rows),
+            "device_ms": round(sum(r["us"] for r in rows) / 1e3, 2), "kernels": rows}
+
+
+def run(artifact: Path, checkpoint: Path | None, prompt: int, steps: int, device: str, top: int) -> dict:
+    import numpy as np
+
+    from day0.runtime.session import Session
+
+    s = Session.load(artifact, device=device, verify=False, checkpoint_dir=checkpoint)
+    ids = np.random.default_rng(0).integers(0, s.vocab_size, prompt).tolist()
+    for _ in range(2):  # warm: first calls load and JIT nothing, but allocate
+        s.reset()
+        tok = s.prefill_greedy(ids)
+        tok = s.decode_greedy(tok)
+    s.reset()
+    out = {"prefill": _profile(lambda: s.prefill_greedy(ids))}
+    box = {"tok": 1}
+
+    def decode():
+        for _ in range(steps):
+            box["tok"] = s.decode_greedy(box["tok"])
+
+    out["decode"] = _profile(decode)
+    out["decode"]["steps"] = steps
+    for phase, r in out.items():
+        per = f", per step {r['wall_ms'] / steps:.2f} ms" if phase == "decode" else ""
+        print(f"{phase}: wall {r['wall_ms']} ms{per}; {r['launches']} kernels, {r['device_ms']} ms on the device")
+        for k in r["kernels"][:top]:
+            print(f"  {k['us']:>10.1f} µs {k['launches']:>6}  {k['kernel'][:90]}")
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="day0-gpu-artifact-profile")
+    p.add_argument("artifact")
+    p.add_argument("--checkpoint", default=None)
+    p.add_argument("--prompt", type=int, default=256)
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--top", type=int, default=25)
+    p.add_argument("--json", default=None)
+    a = p.parse_args(argv)
+    res = run(Path(a.artifact), Path(a.checkpoint) if a.checkpoint else None, a.prompt, a.steps, a.device, a.top)
+    if a.json:
+        Path(a.json).write_text(json.dumps(res, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
