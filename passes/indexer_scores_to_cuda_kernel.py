@@ -20,11 +20,12 @@ body is one flow.dispatch of kernel over the grid (x, S):
              (each CTA takes a contiguous range of ceil(ceil(T / 16) / x) tiles of 16 keys).
   bf16       bf16 keys with option tensor-cores=false: exact f32 FMAs, x = ceil(T / 128).
 
-Numerics of bf16_mma: q · scale is rounded to bf16 (keys already are; products are exact and
-accumulate in f32), so the scores differ from the exact kernels by ~1e-3 relative. Only the order
-of the scores matters downstream (the top-k selection of DSA): keys whose exact scores lie within
-that error of the k-th largest can swap in or out of the selection, nothing else changes; the
-swapped keys are the ones the indexer could not tell apart anyway. `tools/gpu_kernel_times.py`
+Numerics of bf16_mma: q · scale is split into two bf16 terms (hi = bf16(q), lo = bf16(q - hi)),
+and each key tile is multiplied by both (keys are bf16 already; products are exact and accumulate
+in f32), so q enters with 16 significant bits and the scores are within ~1e-5 relative of the
+exact kernels. (With q rounded to bf16 alone the error was ~1e-3 and ~3 keys of a top-2048
+selection per query swapped on the H200: harmless for a trained model, but enough to make a
+random benchmark model diverge from its eager reference.) `tools/gpu_kernel_times.py`
 measures the error and the selection overlap; tensor-cores=false keeps the exact kernel.
 
 Options:
@@ -150,7 +151,7 @@ def function_text(kernel: str, H: int, D: int, T: int | None, scale: float) -> s
 @dataclass(frozen=True)
 class IndexerScoresToCudaKernel(ModulePass):
     """Options:
-    tensor-cores  bf16 keys run on the tensor-core kernel (q rounded to bf16; default true); false
+    tensor-cores  bf16 keys run on the tensor-core kernel (q as two bf16 terms; default true); false
                   keeps the exact f32-FMA kernel for them. f32 keys always take the exact kernel.
     """
 

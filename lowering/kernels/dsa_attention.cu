@@ -18,10 +18,13 @@
 //            scores[16 rows, 8 heads] = rows · qᵀ on mma.sync m16n8k16 (A = rows via ldmatrix, B
 //            = q held in registers, f32 accumulation, scale applied in f32), online softmax in f32
 //            (base 2), then accᵀ[v, 8 heads] += rowsᵀ[v, 16] · P[16, 8 heads] (A = rows via
-//            ldmatrix.trans, B = P rounded to bf16 and transposed in registers with movmatrix).
+//            ldmatrix.trans, B = P as two bf16 terms hi + lo, transposed in registers with
+//            movmatrix: two mma per tile, P carried to 16 significant bits).
 //            Writes m (log2 units), l and the unnormalised acc per (split, head).
 //   combine  grid (ceil(V/64), H, S): merges the splits of 64 values of one (query, head).
-// It differs from the f32-arithmetic kernels by P's rounding to bf16 in the P·V product.
+// It agrees with the f32-arithmetic kernels to ~1e-5 relative (P rounded to bf16 alone, one mma,
+// moved outputs by ~1e-3: a whole bf16 ulp of the result on the H200, which random benchmark
+// models amplify into different tokens).
 
 #include <cuda_bf16.h>
 
@@ -184,6 +187,8 @@ __device__ __forceinline__ unsigned movmatrix_trans(unsigned x) {
   return y;
 }
 
+__device__ __forceinline__ float bf16_value(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+
 __device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (lo) in the low half
   return *reinterpret_cast<unsigned*>(&v);
@@ -302,8 +307,11 @@ day0_dsa_partial_bf16_mma(const __nv_bfloat16* __restrict__ q, const __nv_bfloat
     l1 = l1 * c1 + p1 + p3;
     m0 = n0;
     m1 = n1;
-    // B = P [16 rows, 8 heads]: lane (g, t) needs rows 2t, 2t+1 (+8) of head g: transpose
+    // B = P [16 rows, 8 heads]: lane (g, t) needs rows 2t, 2t+1 (+8) of head g: transpose.
+    // P as two bf16 terms, hi = bf16(p) and lo = bf16(p - hi): P·V carries p to 16 bits.
     const unsigned b0 = movmatrix_trans(pack_bf16(p0, p1)), b1 = movmatrix_trans(pack_bf16(p2, p3));
+    const unsigned b0_lo = movmatrix_trans(pack_bf16(p0 - bf16_value(p0), p1 - bf16_value(p1)));
+    const unsigned b1_lo = movmatrix_trans(pack_bf16(p2 - bf16_value(p2), p3 - bf16_value(p3)));
     const unsigned vbase = smem_addr(&tile[b][vr][vc]);
 #pragma unroll
     for (int vt = 0; vt < MMA_MAX_V / 16; ++vt) {
@@ -315,6 +323,7 @@ day0_dsa_partial_bf16_mma(const __nv_bfloat16* __restrict__ q, const __nv_bfloat
         unsigned a[4];
         ldsm_x4_trans(a, vbase + vt * 32);
         mma_bf16(acc[vt], a[0], a[1], a[2], a[3], b0, b1);
+        mma_bf16(acc[vt], a[0], a[1], a[2], a[3], b0_lo, b1_lo);
       }
     }
     __syncthreads();  // buffer b is refilled by the next iteration's prefetch

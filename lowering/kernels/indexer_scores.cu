@@ -12,8 +12,10 @@
 // shared-memory loads per FMA.
 //
 // day0_indexer_scores_bf16_mma: tensor cores (mma.sync m16n8k16 bf16, f32 accumulation) for bf16
-// keys; q is rounded to bf16 (after the scale) once per CTA, so scores differ from the f32 kernel
-// by ~1e-3 relative (see the pass). Any grid x: CTA b takes a contiguous range of
+// keys; q (after the scale) is split once per CTA into two bf16 terms, hi = bf16(q) and
+// lo = bf16(q - hi), and each tile takes both products (keys are exact in bf16, every product is
+// exact in f32): scores carry q to 16 significant bits, ~1e-5 relative of the f32 kernel. (q
+// rounded to bf16 alone, 8 bits, moved ~3 of a top-2048 selection per query on the H200.) Any grid x: CTA b takes a contiguous range of
 // ceil(ceil(T / 16) / gridDim.x) tiles of 16 keys, its warps tiles first + warp + 8 i.
 #include <cuda_bf16.h>
 
@@ -87,8 +89,9 @@ day0_indexer_scores_bf16(const float* q, const __nv_bfloat16* keys, const float*
 // (32 values of d) lane (g = lane / 4, i = lane % 4) loads the 16 bytes d = 32 c + 8 i .. + 8 of
 // key rows g and g + 8 (one 16-byte load each, a quad reads 64 contiguous bytes of a row), and
 // uses words (x, y) as its (low, high) k pair of k-step 2c and words (z, w) of k-step 2c + 1.
-// B follows the same map: lane (g, i) holds q[h = 8 nt + g, 32 c + 8 i .. + 8] as bf16, which the
-// CTA stores once in shared memory in exactly that fragment order (conflict-free 16-byte loads).
+// B follows the same map: lane (g, i) holds q[h = 8 nt + g, 32 c + 8 i .. + 8] as bf16 (hi and lo),
+// which the CTA stores once in shared memory in exactly that fragment order (conflict-free 16-byte
+// loads).
 // Accumulator lane (g, i): keys g, g + 8 × heads 8 nt + 2 i, + 1; w·relu is summed per lane, then
 // over the quad (2 shuffles).
 
@@ -148,7 +151,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2)
 day0_indexer_scores_bf16_mma(const float* __restrict__ q, const __nv_bfloat16* __restrict__ keys,
                              const float* __restrict__ w, float* __restrict__ out, int H, int D,
                              int T, int scale_bits) {
-  __shared__ uint4 qf[MMA_NT][MMA_CHUNKS][32];  // q · scale as bf16 B fragments (16 KB)
+  __shared__ uint4 qf[2][MMA_NT][MMA_CHUNKS][32];  // q · scale as bf16 B fragments, hi and lo (32 KB)
   __shared__ __align__(16) float ws[MAX_H];
   const float scale = __int_as_float(scale_bits);
   const int s = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -168,11 +171,16 @@ day0_indexer_scores_bf16_mma(const float* __restrict__ q, const __nv_bfloat16* _
   for (int f = threadIdx.x; f < nt_n * MMA_CHUNKS * 32; f += THREADS) {
     const int l = f & 31, c = (f >> 5) % MMA_CHUNKS, nt = (f >> 5) / MMA_CHUNKS;
     const int h = 8 * nt + (l >> 2), d0 = 32 * c + 8 * (l & 3);
-    float v[8];
+    float v[8], r[8];
 #pragma unroll
-    for (int k = 0; k < 8; ++k) v[k] = h < H && d0 + k < D ? qrow[(size_t)h * D + d0 + k] * scale : 0.0f;
-    qf[nt][c][l] = make_uint4(pack_bf16(v[0], v[1]), pack_bf16(v[2], v[3]), pack_bf16(v[4], v[5]),
-                              pack_bf16(v[6], v[7]));
+    for (int k = 0; k < 8; ++k) {
+      v[k] = h < H && d0 + k < D ? qrow[(size_t)h * D + d0 + k] * scale : 0.0f;
+      r[k] = v[k] - __bfloat162float(__float2bfloat16_rn(v[k]));  // exact in f32
+    }
+    qf[0][nt][c][l] = make_uint4(pack_bf16(v[0], v[1]), pack_bf16(v[2], v[3]), pack_bf16(v[4], v[5]),
+                                 pack_bf16(v[6], v[7]));
+    qf[1][nt][c][l] = make_uint4(pack_bf16(r[0], r[1]), pack_bf16(r[2], r[3]), pack_bf16(r[4], r[5]),
+                                 pack_bf16(r[6], r[7]));
   }
   for (int h = threadIdx.x; h < MAX_H; h += THREADS) ws[h] = h < H ? w[(size_t)s * H + h] : 0.0f;
   __syncthreads();
@@ -193,9 +201,12 @@ day0_indexer_scores_bf16_mma(const float* __restrict__ q, const __nv_bfloat16* _
 #pragma unroll
           for (int n = 0; n < MMA_GROUP; ++n) {
             if (hg + n < nt_n) {
-              const uint4 b = qf[hg + n][c][lane];
-              mma_bf16(acc[n], a[0][c].x, a[1][c].x, a[0][c].y, a[1][c].y, b.x, b.y);
-              mma_bf16(acc[n], a[0][c].z, a[1][c].z, a[0][c].w, a[1][c].w, b.z, b.w);
+#pragma unroll
+              for (int part = 0; part < 2; ++part) {  // q's hi and lo terms
+                const uint4 b = qf[part][hg + n][c][lane];
+                mma_bf16(acc[n], a[0][c].x, a[1][c].x, a[0][c].y, a[1][c].y, b.x, b.y);
+                mma_bf16(acc[n], a[0][c].z, a[1][c].z, a[0][c].w, a[1][c].w, b.z, b.w);
+              }
             }
           }
         }
