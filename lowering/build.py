@@ -56,6 +56,20 @@ def prefill_chunk(model, options: "BuildOptions") -> int:
     return min(c, options.max_seq_len) if c >= 2 else 0
 
 
+def cache_dtype(model, cfg, options: "BuildOptions") -> str:
+    """The artifact's cache dtype: the option, else the target's where the model supports it."""
+    from day0.lowering.targets import get_target
+
+    dtype = options.cache_dtype
+    if dtype is None:
+        dtype = get_target(options.target).cache_dtype if model.supports_bf16_cache else "float32"
+    if dtype not in CACHE_DTYPES:
+        raise BuildError(f"--cache-dtype '{dtype}' is not supported (choose from {', '.join(CACHE_DTYPES)})")
+    if dtype != "float32" and not model.supports_bf16_cache:
+        raise BuildError(f"--cache-dtype {dtype} is not supported for {cfg.model_type} (its caches are float32 only)")
+    return dtype
+
+
 @dataclass
 class BuildOptions:
     target: str = "llvm-cpu"
@@ -64,7 +78,9 @@ class BuildOptions:
     extra_flags: tuple[str, ...] = ()
     dsa_tile: int = 64  # preferred tile; the largest divisor of the selection width <= it is used
     prefill_chunk: int | None = None  # static prefill length; None: the target's, 0: none
-    cache_dtype: str = "float32"  # the position-indexed caches' dtype: float32 or bfloat16
+    # the position-indexed caches' dtype, float32 or bfloat16; None: the target's for models that
+    # support bf16 caches (bfloat16 on cuda-sm90), else float32
+    cache_dtype: str | None = None
 
 
 def _progress_printer(stream=sys.stderr) -> Callable[[str, str], None]:
@@ -111,13 +127,7 @@ def compile_checkpoint(checkpoint_dir: Path, out_dir: Path, options: BuildOption
     dtypes = {n: TORCH_DTYPES[t.dtype] for n, t in ckpt.tensors.items() if t.dtype in TORCH_DTYPES}
     with torch.no_grad():
         model = model_cls.empty(cfg, options.max_seq_len, dtypes)
-    if options.cache_dtype not in CACHE_DTYPES:
-        raise BuildError(f"--cache-dtype '{options.cache_dtype}' is not supported (choose from "
-                         f"{', '.join(CACHE_DTYPES)})")
-    if options.cache_dtype != "float32" and not model.supports_bf16_cache:
-        raise BuildError(f"--cache-dtype {options.cache_dtype} is not supported for {cfg.model_type} "
-                         f"(its caches are float32 only)")
-    model.cache_dtype = options.cache_dtype
+    model.cache_dtype = cache_dtype(model, cfg, options)
     ckpt.check_expected(model.parameter_shapes())
     check_checkpoint_scales(ckpt)
     progress("read", "done")

@@ -67,12 +67,12 @@ def test_bf16_state_bytes_and_state_file(bf16_artifact, artifact, tmp_path):
     np.testing.assert_array_equal(again.decode(7), bf.decode(7))
 
 
-def test_bf16_caches_take_the_tensor_core_kernels_on_cuda(checkpoint, tmp_path):
+def test_bf16_caches_are_the_cuda_default_and_take_the_tensor_core_kernels(checkpoint, tmp_path):
     from day0.lowering.build import BuildOptions, compile_checkpoint
 
-    compile_checkpoint(checkpoint(NAME), tmp_path / "a", BuildOptions(target="cuda-sm90", max_seq_len=64,
-                                                                      cache_dtype="bfloat16"),
-                       progress=lambda *a: None)
+    manifest = compile_checkpoint(checkpoint(NAME), tmp_path / "a", BuildOptions(target="cuda-sm90", max_seq_len=64),
+                                  progress=lambda *a: None)
+    assert {spec["dtype"] for spec in manifest["state"]} == {"bfloat16"}
     vmfb = (tmp_path / "a" / "model.vmfb").read_bytes()
     assert b"day0_dsa_partial_bf16_mma" in vmfb and b"day0_indexer_scores_bf16_mma" in vmfb
 

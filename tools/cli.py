@@ -124,8 +124,9 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--dump-stages", action="store_true", help="write the IR after each stage to OUTPUT/stages/")
     c.add_argument("--prefill-chunk", type=int, default=None,
                    help="static prefill length prompts run in (default: the target's; 0: none)")
-    c.add_argument("--cache-dtype", default="float32",
-                   help="dtype of the KV / indexer caches: float32 (default) or bfloat16 (deepseek_v32)")
+    c.add_argument("--cache-dtype", default=None, choices=["float32", "bfloat16"],
+                   help="dtype of the latent / indexer caches (bfloat16: deepseek_v32); default: the "
+                        "target's for models that support bf16 caches (bfloat16 on cuda-sm90), else float32")
     # extra iree-compile flags come after `--` (split off in main: argparse would give the
     # empty-matching positional nothing once the checkpoint is read, then reject the flags)
     c.set_defaults(iree_flags=[])
