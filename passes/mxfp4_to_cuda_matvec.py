@@ -1,20 +1,30 @@
-"""mxfp4-to-cuda-matvec: run `torch.day0.mxfp4_moe` / `mxfp4_linear` as day0's CUDA MXFP4 matvec
-kernel (lowering/kernels/mxfp4_matvec.cu), an IREE external dispatch, on the cuda-sm90 target.
+"""mxfp4-to-cuda-matvec: run `torch.day0.mxfp4_moe` / `mxfp4_linear` as day0's CUDA MXFP4 kernels
+(lowering/kernels/mxfp4_matvec.cu, mxfp4_moe_gemm.cu), IREE external dispatches, on the cuda-sm90
+target.
 
 Why not fuse-mxfp4-matmul's linalg form on CUDA: IREE 3.13 fails to compile it there with its
 default reduction pipeline ("failed to distribute", every size tried from 256×256 up), and with
 that pipeline switched off it compiles but computes wrong results on the H200 (relative error
-0.8–1.4 for a 4096×4096 matvec and for the MoE form; correct only at 256×256). The kernel reads
-each 16-byte MX block (32 codes) with its scale byte in one load and gathers the chosen experts'
-rows itself (no gathered weight copy).
+0.8–1.4 for a 4096×4096 matvec and for the MoE form; correct only at 256×256). The kernels read
+each 16-byte MX block (32 codes) with its scale byte and gather the chosen experts' rows
+themselves (no gathered weight copy).
 
 Precondition: the op checks of fuse-mxfp4-matmul (f32 x [M|T, K], ui8 packed/scales with
-static dims, K a multiple of 32), plus K <= 8192 (the kernel caches x in shared memory).
-Rewrite:
+static dims, K a multiple of 32), plus K <= 8192 where the matvec runs (it caches x in shared
+memory). Rewrite:
     %y = torch.operator "torch.day0.mxfp4_moe"(%x, %p, %s, %e)    # [T, k, N]
  -> %r = func.call @day0_mxfp4_moe_<E>x<N>x<K>_k<k>(xb, pb, sb, eb)  (builtin tensors, T dynamic)
-with the function holding one flow.dispatch of @day0_mxfp4_matvec over the grid (ceil(N/32), T·k).
-mxfp4_linear is the same with one expert: packed [1, N, K/2], experts all 0, k = 1.
+with the function holding one flow.dispatch of @day0_mxfp4_matvec over the grid (ceil(N/32), T·k):
+one (token, slot) row a CTA column, on CUDA cores. That suits decode (T = 1); in prefill every
+row re-reads and re-decodes its expert's weights (~296 ms of a 1K-token prefill of the 4.9B
+benchmark model on the H200). So a moe site whose T is dynamic, or whose static row count T·k
+fills at least one 64-row tile, calls @day0_mxfp4_moe_gemm_<E>x<N>x<K>_k<k> instead: one
+flow.dispatch of @day0_mxfp4_moe_gemm over (ceil(N/64), E), push constants K, N, k, E, T·k; a
+CTA collects its expert's rows and multiplies 64 of them at a time on tensor cores (x as two
+bf16 terms: 16 significant bits, f32 sums). Decode keeps the matvec: both of its moe calls have
+k rows (gate_up T = 1; down takes the k (token, slot) rows as k tokens with k = 1). The option
+gemm=false keeps every site on the matvec.
+mxfp4_linear is the matvec with one expert: packed [1, N, K/2], experts all 0, k = 1.
 Afterwards no mxfp4 op is left.
 """
 
@@ -31,25 +41,43 @@ from day0.passes.torch_ir import TensorType, TorchBuilder, replace_op
 
 EXECUTABLE = "day0_mxfp4_matvec"
 KERNEL_PTX = "mxfp4_matvec.sm_90.ptx"
-THREADS = 256  # 8 warps
+THREADS = 256  # 8 warps (both kernels)
 ROWS_PER_CTA = 32
 MAX_K = 8192
 _TORCH_INT64 = 4
 # x, packed, scales, experts (i64) | out ; constants K, N, k, E ; grid (ceil(N/32), rows)
 KERNEL_ABI = (("day0_mxfp4_matvec", (True, True, True, True, False), 4, 2),)
+GEMM_EXECUTABLE = "day0_mxfp4_moe_gemm"
+GEMM_PTX = "mxfp4_moe_gemm.sm_90.ptx"
+GEMM_COLS_PER_CTA = 64
+GEMM_MIN_ROWS = 64  # static sites with fewer rows T·k than one GEMM tile keep the matvec
+# x, packed, scales, experts (i64) | out ; constants K, N, k, E, rows ; grid (ceil(N/64), E)
+GEMM_ABI = (("day0_mxfp4_moe_gemm", (True, True, True, True, False), 5, 2),)
 
 
-def executable_source_text() -> str:
+def executable_source_text(gemm: bool = False) -> str:
+    if gemm:
+        return extern_dispatch.executable_source_text(GEMM_EXECUTABLE, GEMM_PTX, GEMM_ABI, THREADS)
     return extern_dispatch.executable_source_text(EXECUTABLE, KERNEL_PTX, KERNEL_ABI, THREADS)
 
 
-def function_name(moe: bool, E: int, N: int, K: int, k: int) -> str:
+def takes_gemm(moe: bool, T: int | None, k: int) -> bool:
+    """Whether a site runs the grouped GEMM rather than the matvec: moe with T dynamic or with
+    T·k >= GEMM_MIN_ROWS."""
+    return moe and (T is None or T * k >= GEMM_MIN_ROWS)
+
+
+def function_name(moe: bool, E: int, N: int, K: int, k: int, gemm: bool = False) -> str:
+    if gemm:
+        return f"day0_mxfp4_moe_gemm_{E}x{N}x{K}_k{k}"
     return f"day0_mxfp4_moe_{E}x{N}x{K}_k{k}" if moe else f"day0_mxfp4_linear_{N}x{K}"
 
 
-def function_text(moe: bool, E: int, N: int, K: int, k: int) -> str:
+def function_text(moe: bool, E: int, N: int, K: int, k: int, gemm: bool = False) -> str:
     """moe: (x ?xK f32, packed ExNxK/2 i8, scales ExNxK/32 i8, experts ?xk i64) -> ?xkxN f32;
-    linear: (x ?xK, packed NxK/2, scales NxK/32) -> ?xN."""
+    linear: (x ?xK, packed NxK/2, scales NxK/32) -> ?xN. gemm (moe only): the grouped GEMM."""
+    if gemm:
+        return _gemm_function_text(E, N, K, k)
     KB, G = K // 2, K // 32
     e_dims = (E, N) if moe else (N,)
     head = (f"%x: tensor<?x{K}xf32>, %p: {tensor_text((*e_dims, KB), 'i8')}, "
@@ -90,9 +118,40 @@ def function_text(moe: bool, E: int, N: int, K: int, k: int) -> str:
     return "\n" + "\n".join(lines)
 
 
+def _gemm_function_text(E: int, N: int, K: int, k: int) -> str:
+    p_t, s_t = tensor_text((E, N, K // 2), "i8"), tensor_text((E, N, K // 32), "i8")
+    result = f"tensor<?x{k}x{N}xf32>"
+    return f"""
+  func.func private @{function_name(True, E, N, K, k, True)}(%x: tensor<?x{K}xf32>, %p: {p_t}, %s: {s_t},
+                                                           %e: tensor<?x{k}xi64>) -> {result} {{
+    %c0 = arith.constant 0 : index
+    %t = tensor.dim %x, %c0 : tensor<?x{K}xf32>
+    %ck = arith.constant {k} : index
+    %rows = arith.muli %t, %ck : index
+    %gx = arith.constant {-(-N // GEMM_COLS_PER_CTA)} : index
+    %ge = arith.constant {E} : index
+    %ef = tensor.collapse_shape %e [[0, 1]] : tensor<?x{k}xi64> into tensor<?xi64>
+    %K = arith.constant {K} : i32
+    %N = arith.constant {N} : i32
+    %k = arith.constant {k} : i32
+    %E = arith.constant {E} : i32
+    %R = arith.index_cast %rows : index to i32
+    %o = flow.dispatch @{GEMM_EXECUTABLE}::@day0_mxfp4_moe_gemm[%gx, %ge](%K, %N, %k, %E, %R, %x, %p, %s, %ef)
+        : (i32, i32, i32, i32, i32, tensor<?x{K}xf32>{{%t}}, {p_t}, {s_t}, tensor<?xi64>{{%rows}}) -> tensor<?x{N}xf32>{{%rows}}
+    %r = tensor.expand_shape %o [[0, 1], [2]] output_shape [%t, {k}, {N}] : tensor<?x{N}xf32> into {result}
+    return %r : {result}
+  }}"""
+
+
 @dataclass(frozen=True)
 class Mxfp4ToCudaMatvec(ModulePass):
+    """Options:
+    gemm  mxfp4_moe sites with T dynamic or T·k >= 64 run the grouped tensor-core GEMM (default
+          true); false keeps every site on the matvec.
+    """
+
     name = "mxfp4-to-cuda-matvec"
+    gemm: bool = True
 
     def apply(self, module_op: Operation, diag: DiagnosticEngine) -> None:
         ops = collect_ops(module_op, lambda op: operator_name(op) in (LINEAR, MOE))
@@ -101,16 +160,20 @@ class Mxfp4ToCudaMatvec(ModulePass):
             site = _check(op, operator_name(op) == MOE, diag)
             if site is None:
                 continue
-            if site.K > MAX_K:
+            if not self._gemm(site) and site.K > MAX_K:
                 diag.error(op, f"{'mxfp4_moe' if site.moe else 'mxfp4_linear'}: K={site.K} is larger than the "
                                f"CUDA matvec kernel's {MAX_K} (x is cached in shared memory)")
                 continue
             sites.append(site)
         if not sites or diag.diagnostics:
             return
+        kinds = sorted({self._gemm(s) for s in sites})  # the executables the calls dispatch
         call_kernels(module_op, sites,
-                     lambda s: (s.moe, s.E if s.moe else 1, s.N, s.K, s.k if s.moe else 1),
-                     function_name, function_text, self._rewrite, executable_source_text())
+                     lambda s: (s.moe, s.E if s.moe else 1, s.N, s.K, s.k if s.moe else 1, self._gemm(s)),
+                     function_name, function_text, self._rewrite, "".join(map(executable_source_text, kinds)))
+
+    def _gemm(self, site) -> bool:
+        return self.gemm and takes_gemm(site.moe, site.lead, site.k)
 
     @staticmethod
     def _rewrite(site, fn: str) -> None:

@@ -12,8 +12,9 @@
                            selection and tie rule); IREE's GPU topk is slow and produced
                            out-of-range indices on masked rows
     fuse-mxfp4-matmul      (llvm-cpu) MXFP4 expert matmuls unpack inside the matmul (one dispatch each)
-    mxfp4-to-cuda-matvec   (cuda-sm90) MXFP4 matmuls run day0's MXFP4 matvec kernel (IREE's CUDA
-                           codegen fails on, or miscompiles, the fused linalg form)
+    mxfp4-to-cuda-matvec   (cuda-sm90) MXFP4 matmuls run day0's MXFP4 kernels: the matvec for
+                           decode, the grouped-by-expert tensor-core GEMM for prefill (IREE's
+                           CUDA codegen fails on, or miscompiles, the fused linalg form)
     dsa-to-gather-tiles    (llvm-cpu) sparse attention becomes gathered tiles + online softmax
     dsa-to-cuda-kernel     (cuda-sm90) sparse attention runs day0's split-K kernel (the unrolled
                            tiles are a latency-bound dispatch chain on the GPU)

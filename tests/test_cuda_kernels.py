@@ -13,6 +13,7 @@ from day0.tools import build_kernels
 
 KERNEL_SETS = [(topk_to_radix_select.KERNEL_PTX, topk_to_radix_select.KERNEL_ABI),
                (mxfp4_to_cuda_matvec.KERNEL_PTX, mxfp4_to_cuda_matvec.KERNEL_ABI),
+               (mxfp4_to_cuda_matvec.GEMM_PTX, mxfp4_to_cuda_matvec.GEMM_ABI),
                (dsa_to_cuda_kernel.KERNEL_PTX, dsa_to_cuda_kernel.KERNEL_ABI),
                (indexer_scores_to_cuda_kernel.KERNEL_PTX, indexer_scores_to_cuda_kernel.KERNEL_ABI)]
 

@@ -29,13 +29,15 @@ def test_demo_model_compiles_for_sm90(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["ds-tiles-mxfp4", "oss-base"])
-def test_mxfp4_checkpoints_compile_for_sm90_with_the_matvec_kernel(checkpoint, tmp_path, name):
+def test_mxfp4_checkpoints_compile_for_sm90_with_the_mxfp4_kernels(checkpoint, tmp_path, name):
     from day0.lowering.build import BuildOptions, compile_checkpoint
 
     compile_checkpoint(checkpoint(name), tmp_path / "a", BuildOptions(target="cuda-sm90", max_seq_len=64),
                        progress=lambda *a: None)
     vmfb = (tmp_path / "a" / "model.vmfb").read_bytes()
     assert b"day0_mxfp4_matvec" in vmfb and b".target sm_90" in vmfb
+    if name.startswith("ds"):  # routed experts: decode on the matvec, prefill on the grouped GEMM
+        assert b"day0_mxfp4_moe_gemm" in vmfb
 
 
 @pytest.mark.slow

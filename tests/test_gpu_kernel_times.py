@@ -12,7 +12,8 @@ from day0.passes.extern_dispatch import kernel_ptx
 from day0.tools import cuda_launch, gpu_kernel_times as gkt
 
 PASSES = {gkt.INDEXER_PTX: indexer_scores_to_cuda_kernel, gkt.DSA_PTX: dsa_to_cuda_kernel,
-          gkt.MXFP4_PTX: mxfp4_to_cuda_matvec}
+          gkt.MXFP4_PTX: mxfp4_to_cuda_matvec, gkt.MXFP4_GEMM_PTX: mxfp4_to_cuda_matvec}
+ABIS = {gkt.MXFP4_GEMM_PTX: mxfp4_to_cuda_matvec.GEMM_ABI}  # a PTX's kernels, where not its pass's KERNEL_ABI
 
 
 def _entries(ptx: str) -> dict[str, list[str]]:
@@ -50,7 +51,7 @@ def _dispatches(text: str, dims: dict[str, int]) -> list[tuple[str, str, tuple, 
 
 
 def _abi_row(ptx: str, entry: str):
-    return next(row for row in PASSES[ptx].KERNEL_ABI if row[0] == entry)
+    return next(row for row in ABIS.get(ptx, PASSES[ptx].KERNEL_ABI) if row[0] == entry)
 
 
 def _same(launch: gkt.Launch, dispatch) -> None:
@@ -80,6 +81,8 @@ def test_script_geometry_constants_are_the_passes():
             for D, V in ((512, 512), (576, 512), (64, 64), (72, 64), (100, 64), (576, 520), (64, 72), (1024, 1024)):
                 assert gkt.dsa_mma_rows(dt, S, D, V) == P2.mma_rows(dt, S, D, V), (dt, S, D, V)
     assert (gkt.MXFP4_PTX, gkt.MXFP4_ROWS_PER_CTA) == (mxfp4_to_cuda_matvec.KERNEL_PTX, mxfp4_to_cuda_matvec.ROWS_PER_CTA)
+    assert (gkt.MXFP4_GEMM_PTX, gkt.MXFP4_GEMM_COLS_PER_CTA) == (mxfp4_to_cuda_matvec.GEMM_PTX,
+                                                             mxfp4_to_cuda_matvec.GEMM_COLS_PER_CTA)
     assert gkt.THREADS == P.THREADS == dsa_to_cuda_kernel.THREADS == mxfp4_to_cuda_matvec.THREADS
     for T in (1, 127, 128, 129, 32768, 131072, 1 << 20, 5_000_000):
         for kernel in ("f32", "bf16", "bf16_mma"):
@@ -135,6 +138,27 @@ def test_moe_launches_are_the_pass_dispatches():
     (dn,) = _dispatches(mxfp4_to_cuda_matvec.function_text(True, E, hid, inter, 1), {"%t": k})
     _same(launches["moe_gate_up"], gu)
     _same(launches["moe_down"], dn)
+
+
+def test_moe_gemm_launches_are_the_pass_dispatches():
+    """moe_gemm's launches (the prefill chunk's shapes, and its T = 3 case, which a dynamic-T site
+    dispatches at run time) are the pass's GEMM dispatch; its matvec launches are the pass's text
+    with gemm off. The pass takes the GEMM for the prefill chunk and keeps the matvec for the
+    `moe` piece's decode shapes."""
+    P = mxfp4_to_cuda_matvec
+    E = gkt.PREFILL_MOE["E"]
+    launches = gkt.all_launches()
+    for name, (T, k, N, K) in gkt.moe_gemm_shapes().items():
+        assert launches[f"moe_gemm_{name}"] == gkt.mxfp4_gemm_launch(T, k, E, N, K)
+        assert P.takes_gemm(True, T, k) and P.takes_gemm(True, None, k)
+        for t in (T, 3):
+            gemm_launch, matvec_launch = gkt.mxfp4_gemm_launch(t, k, E, N, K), gkt.mxfp4_launch(t, k, E, N, K)
+            for gemm, launch in ((True, gemm_launch), (False, matvec_launch)):
+                (d,) = _dispatches(P.function_text(True, E, N, K, k, gemm), {"%t": t})
+                assert d[0] == (P.GEMM_EXECUTABLE if gemm else P.EXECUTABLE)
+                _same(launch, d)
+    k = gkt.MOE["k"]
+    assert not P.takes_gemm(True, 1, k) and not P.takes_gemm(True, k, 1)  # decode: gate_up, down
 
 
 def test_launches_match_the_ptx_entries():

@@ -1,7 +1,7 @@
 """Device time of each of day0's hand-written CUDA kernels alone, at the benchmark shapes (those of
 tools/bench_gpu.py's `full` config), beside its bandwidth limit. GPU host with PyTorch:
 
-    python -m day0.tools.gpu_kernel_times [PTX_DIR] [--json OUT] [--pieces indexer,dsa,moe,topk]
+    python -m day0.tools.gpu_kernel_times [PTX_DIR] [--json OUT] [--pieces indexer,dsa,moe,moe_gemm,topk]
 
 PTX_DIR holds the committed *.sm_90.ptx (default: this package's lowering/kernels/). Every
 kernel is launched through the CUDA driver (tools/cuda_launch.py) with exactly the grid, buffers
@@ -15,7 +15,8 @@ Pieces:
   indexer  day0::indexer_scores, S = 1, 32 heads × 128, bf16 keys, T = 32K / 128K / 1M: the exact
            f32-FMA kernel (`bf16`, the old one) and the tensor-core kernel (`bf16_mma`, the pass's
            default), the latter also over other grids; checks against a float64 torch reference
-           (max error ÷ max |score|, vs exact q and vs q rounded to bf16 as the kernel does) and
+           (max error ÷ max |score|, vs exact q and vs q rounded to bf16, the kernel's former
+           single-term form) and
            whether torch.topk(2048) of the scores selects the same set as of the reference
            (else how many keys swapped, and whether all swaps lie within the error of the
            2048th score). Plus correctness cases for prefill and odd shapes.
@@ -25,6 +26,13 @@ Pieces:
            correctness cases (prefill, odd shapes, empty slots) against a float64 reference.
   moe      day0::mxfp4_moe's matvec: 8 of 288 experts, hidden 4096, intermediate 2048: gate_up
            (packed [288, 4096, 2048]) and down (packed [288, 4096, 1024]).
+  moe_gemm day0::mxfp4_moe in prefill: the grouped tensor-core GEMM (the pass's kernel unless T = 1)
+           beside the matvec on the same input, at the 4.9B benchmark model's experts in one
+           static prefill chunk: 64 experts, top-8 of T = 512 tokens, hidden 2048, intermediate
+           1024: gate_up (x [512, 2048], experts [512, 8], N = 2048) and down (the model's call:
+           x [4096, 1024], experts [4096, 1], N = 2048). Expert choices: random top-8 per token,
+           skewed (half the rows on one expert), and T = 3 with invalid ids (-1, E: zero rows);
+           each checked against a float64 reference (max error ÷ max |reference| < 1e-5).
   topk     the radix top-k (k = 2048) over rows of T (tools/gpu_topk_check.py's kernel timing).
 Limit: the bytes a launch must move (reads + writes) ÷ 4248 GB/s.
 """
@@ -45,6 +53,8 @@ THREADS = 256
 INDEXER = {"H": 32, "D": 128, "scale": 1.0, "top_k": 2048}  # bench_gpu's dsa_index (scale 1.0)
 DSA = {"H": 64, "D": 512, "V": 512, "K": 2048}  # scale latent**-0.5
 MOE = {"E": 288, "k": 8, "hidden": 4096, "intermediate": 2048}
+PREFILL_MOE = {"E": 64, "k": 8, "T": 512, "hidden": 2048, "intermediate": 1024}
+MOE_GEMM_MAX_REL_ERR = 1e-5  # x enters as two bf16 terms (16 significant bits), f32 sums
 
 # The passes' launch geometry (not imported: a GPU host has no IREE compiler to import them with;
 # tests/test_gpu_kernel_times.py compares these with the passes).
@@ -54,6 +64,7 @@ DSA_PTX, DSA_ROWS_PER_SPLIT, DSA_HEADS_PER_CTA = "dsa_attention.sm_90.ptx", 128,
 DSA_MMA_HEADS_PER_CTA, DSA_MMA_MAX_V, DSA_MMA_V_PER_CTA = 64, 512, 64
 DSA_MMA_ROWS_DECODE, DSA_MMA_ROWS_PREFILL = 32, 128
 MXFP4_PTX, MXFP4_ROWS_PER_CTA = "mxfp4_matvec.sm_90.ptx", 32
+MXFP4_GEMM_PTX, MXFP4_GEMM_COLS_PER_CTA = "mxfp4_moe_gemm.sm_90.ptx", 64
 TOPK_PTX = "topk_select.sm_90.ptx"
 
 
@@ -124,6 +135,12 @@ def mxfp4_launch(T: int, k: int, E: int, N: int, K: int) -> Launch:
                   ("x", "packed", "scales", "experts", "out"), (K, N, k, E))
 
 
+def mxfp4_gemm_launch(T: int, k: int, E: int, N: int, K: int) -> Launch:
+    """The grouped GEMM (the pass's kernel for mxfp4_moe with T != 1), same buffers; rows T·k."""
+    return Launch(MXFP4_GEMM_PTX, "day0_mxfp4_moe_gemm", (cdiv(N, MXFP4_GEMM_COLS_PER_CTA), E, 1),
+                  ("x", "packed", "scales", "experts", "out"), (K, N, k, E, T * k))
+
+
 def all_launches() -> dict[str, Launch]:
     """Every launch the benchmark makes at the pass's geometry (what the CPU test checks)."""
     out = {}
@@ -136,7 +153,17 @@ def all_launches() -> dict[str, Launch]:
     E, k, hid, inter = MOE["E"], MOE["k"], MOE["hidden"], MOE["intermediate"]
     out["moe_gate_up"] = mxfp4_launch(1, k, E, 2 * inter, hid)
     out["moe_down"] = mxfp4_launch(k, 1, E, hid, inter)
+    for name, (T, k, N, K) in moe_gemm_shapes().items():
+        out[f"moe_gemm_{name}"] = mxfp4_gemm_launch(T, k, PREFILL_MOE["E"], N, K)
     return out
+
+
+def moe_gemm_shapes() -> dict[str, tuple[int, int, int, int]]:
+    """(T, k, N, K) of the prefill chunk's two mxfp4_moe calls (models/moe.py's mxfp4_routed: down
+    takes each (token, slot) row as a token of its own, k = 1)."""
+    c = PREFILL_MOE
+    return {"gate_up": (c["T"], c["k"], 2 * c["intermediate"], c["hidden"]),
+            "down": (c["T"] * c["k"], 1, c["hidden"], c["intermediate"])}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -182,7 +209,7 @@ def _limit(nbytes: int, us: float) -> dict:
 
 def indexer_reference(q, keys, w, scale: float, round_q: bool = False):
     """float64 Σ_h w · relu(scale · q_h · k_t) [S, T]; round_q: q·scale rounded to bf16 first (what
-    the tensor-core kernel multiplies)."""
+    the tensor-core kernel multiplied before it took q as two bf16 terms)."""
     import torch
 
     qs = q.double() * scale
@@ -270,7 +297,7 @@ def check_indexer_shapes(run: Runner) -> list[dict]:
             t["out"].fill_(float("nan"))
             run(indexer_launch(kernel, S, H, D, T, scale, gx if kernel == "bf16_mma" else None), t)
             torch.cuda.synchronize()
-            ref = indexer_reference(t["q"], t["keys"], t["w"], scale, round_q=kernel == "bf16_mma")
+            ref = indexer_reference(t["q"], t["keys"], t["w"], scale)  # both against the exact q
             res[f"{kernel}_rel_err"] = _rel(t["out"], ref)  # NaN if a score was not written
         res["ok"] = res["bf16_mma_rel_err"] < 1e-4 and res["bf16_rel_err"] < 1e-4
         results.append(res)
@@ -442,6 +469,62 @@ def bench_moe(run: Runner) -> list[dict]:
     return results
 
 
+def mxfp4_moe_reference(x, packed, scales, experts):
+    """float64 out [T·k, N] of mxfp4_moe: row t·k + j = W[experts[t, j]] · x[t]; zeros for an
+    expert outside [0, E)."""
+    import torch
+
+    E, N = packed.shape[:2]
+    k = experts.shape[1]
+    flat = experts.reshape(-1)
+    out = torch.zeros(flat.numel(), N, dtype=torch.float64, device=x.device)
+    for e in flat.unique().tolist():
+        if 0 <= e < E:
+            r = (flat == e).nonzero()[:, 0]
+            out[r] = x[r // k].double() @ mxfp4_dequantize(packed[e], scales[e]).double().T
+    return out
+
+
+def bench_moe_gemm(run: Runner) -> list[dict]:
+    import torch
+
+    E = PREFILL_MOE["E"]
+    g = torch.Generator(device="cuda").manual_seed(3)
+    results = []
+    for name, (T, k, N, K) in moe_gemm_shapes().items():
+        wbytes = E * N * (K // 2 + K // 32)
+        copies = _copies(wbytes, most=4)
+        weights = [{"packed": torch.randint(0, 256, (E, N, K // 2), dtype=torch.uint8, device="cuda", generator=g),
+                    "scales": torch.randint(118, 124, (E, N, K // 32), dtype=torch.uint8, device="cuda", generator=g)}
+                   for _ in range(copies)]
+        for case in ("random", "skewed", "T=3"):
+            t = 3 if case == "T=3" else T
+            experts = torch.rand(t, E, device="cuda", generator=g).topk(k, dim=1).indices  # distinct per token
+            if case == "skewed":  # half the rows on expert 5
+                experts = torch.where(torch.rand(t, k, device="cuda", generator=g) < 0.5, 5, experts)
+            if case == "T=3":  # invalid ids give zero rows
+                experts[0, 0], experts[2, k - 1] = -1, E
+            x = torch.randn(t, K, device="cuda", generator=g)
+            sets = [{**w, "x": x, "experts": experts, "out": torch.empty(t * k, N, device="cuda")} for w in weights]
+            ref = mxfp4_moe_reference(x, weights[0]["packed"], weights[0]["scales"], experts)
+            used = int(experts[(experts >= 0) & (experts < E)].unique().numel())  # experts whose weights are read
+            nbytes = used * N * (K // 2 + K // 32) + t * K * 4 + t * k * 8 + t * k * N * 4
+            for kernel, launch in (("gemm", mxfp4_gemm_launch(t, k, E, N, K)), ("matvec", mxfp4_launch(t, k, E, N, K))):
+                sets[0]["out"].fill_(float("nan"))
+                run(launch, sets[0])
+                torch.cuda.synchronize()
+                rel = _rel(sets[0]["out"], ref)  # NaN if a row was not written
+                cold, hot = _time(run, lambda i, l=launch: [(l, sets[i])], copies)
+                res = {"piece": "moe_gemm", "kernel": f"{kernel} {name} [{case}]", "T": t, "grid": list(launch.grid),
+                       "us": round(cold, 2), "hot_us": round(hot, 2), **_limit(nbytes, cold), "rel_err": rel,
+                       "ok": rel < MOE_GEMM_MAX_REL_ERR}
+                results.append(res)
+                print(json.dumps(res), flush=True)
+        del weights, sets
+        torch.cuda.empty_cache()
+    return results
+
+
 def bench_topk(ptx_dir: Path, T: int) -> dict:
     from day0.tools.gpu_topk_check import kernel_times
 
@@ -477,7 +560,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="day0-gpu-kernel-times")
     p.add_argument("ptx_dir", nargs="?", default=str(Path(__file__).resolve().parent.parent / "lowering" / "kernels"))
     p.add_argument("--json", default=None)
-    p.add_argument("--pieces", default="indexer,dsa,moe,topk")
+    p.add_argument("--pieces", default="indexer,dsa,moe,moe_gemm,topk")
     p.add_argument("--contexts", default=",".join(map(str, CONTEXTS)))
     a = p.parse_args(argv)
     import torch
@@ -499,11 +582,13 @@ def main(argv=None) -> int:
     if "moe" in pieces:
         results += bench_moe(run)
         torch.cuda.empty_cache()
+    if "moe_gemm" in pieces:
+        results += bench_moe_gemm(run)
     if "topk" in pieces:
         for T in contexts:
             results.append(bench_topk(ptx_dir, T))
     print(_table(results))
-    bad = [r for r in results if r["piece"] in ("indexer_check", "dsa_check") and not r["ok"]]
+    bad = [r for r in results if not r.get("ok", True)]  # the correctness checks
     if a.json:
         meta = {"device": torch.cuda.get_device_name(), "bandwidth_gbs": BANDWIDTH_GBS, "torch": torch.__version__}
         Path(a.json).write_text(json.dumps({"meta": meta, "results": results}, indent=2))

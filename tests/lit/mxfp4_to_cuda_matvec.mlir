@@ -1,14 +1,22 @@
 // RUN: day0-opt %s --pass-pipeline='builtin.module(mxfp4-to-cuda-matvec)' | filecheck %s
 // RUN: day0-opt %s --pass-pipeline='builtin.module(mxfp4-to-cuda-matvec)' | filecheck %s --check-prefix=GONE
+// RUN: day0-opt %s --pass-pipeline='builtin.module(mxfp4-to-cuda-matvec{gemm=false})' | filecheck %s --check-prefix=MATVEC
 
 // No mxfp4 op is left anywhere.
 // GONE-NOT: torch.day0.mxfp4
 // GONE: hal.executable.source
 // GONE-NOT: torch.day0.mxfp4
-// The kernel: 4 read-only bindings (x, packed, scales, experts) + the result, 4 constants.
+// gemm=false: every site on the matvec, no GEMM executable.
+// MATVEC-NOT: day0_mxfp4_moe_gemm
+// MATVEC: call @day0_mxfp4_moe_4x32x64_k2(
+// MATVEC-NOT: day0_mxfp4_moe_gemm
+// The kernels: 4 read-only bindings (x, packed, scales, experts) + the result; the matvec takes 4
+// constants (K, N, k, E), the GEMM 5 (K, N, k, E, T·k).
 // CHECK: #hal.pipeline.layout<constants = 4, bindings = [#hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer>]>
+// CHECK: #hal.pipeline.layout<constants = 5, bindings = [#hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer>]>
 
-// moe with a dynamic token count: builtin operands, one call, result back to torch.
+// moe with a dynamic token count (prefill): builtin operands, one call of the grouped GEMM,
+// result back to torch.
 func.func @moe(%x: !torch.vtensor<[?,64],f32>, %p: !torch.vtensor<[4,32,32],ui8>, %s: !torch.vtensor<[4,32,2],ui8>, %e: !torch.vtensor<[?,2],si64>) -> !torch.vtensor<[?,2,32],f32> {
   %y = torch.operator "torch.day0.mxfp4_moe"(%x, %p, %s, %e) : (!torch.vtensor<[?,64],f32>, !torch.vtensor<[4,32,32],ui8>, !torch.vtensor<[4,32,2],ui8>, !torch.vtensor<[?,2],si64>) -> !torch.vtensor<[?,2,32],f32>
   return %y : !torch.vtensor<[?,2,32],f32>
@@ -18,7 +26,7 @@ func.func @moe(%x: !torch.vtensor<[?,64],f32>, %p: !torch.vtensor<[4,32,32],ui8>
 // CHECK-NEXT: [[P:%.+]] = torch_c.to_builtin_tensor %arg1 : !torch.vtensor<[4,32,32],ui8> -> tensor<4x32x32xi8>
 // CHECK-NEXT: [[S:%.+]] = torch_c.to_builtin_tensor %arg2 : !torch.vtensor<[4,32,2],ui8> -> tensor<4x32x2xi8>
 // CHECK-NEXT: [[E:%.+]] = torch_c.to_builtin_tensor %arg3 : !torch.vtensor<[?,2],si64> -> tensor<?x2xi64>
-// CHECK-NEXT: [[Y:%.+]] = call @day0_mxfp4_moe_4x32x64_k2([[X]], [[P]], [[S]], [[E]]) : (tensor<?x64xf32>, tensor<4x32x32xi8>, tensor<4x32x2xi8>, tensor<?x2xi64>) -> tensor<?x2x32xf32>
+// CHECK-NEXT: [[Y:%.+]] = call @day0_mxfp4_moe_gemm_4x32x64_k2([[X]], [[P]], [[S]], [[E]]) : (tensor<?x64xf32>, tensor<4x32x32xi8>, tensor<4x32x2xi8>, tensor<?x2xi64>) -> tensor<?x2x32xf32>
 // CHECK-NEXT: [[R:%.+]] = torch_c.from_builtin_tensor [[Y]] : tensor<?x2x32xf32> -> !torch.vtensor<[?,2,32],f32>
 // CHECK-NEXT: return [[R]]
 
@@ -32,6 +40,23 @@ func.func @lin(%x: !torch.vtensor<[1,64],f32>, %p: !torch.vtensor<[32,32],ui8>, 
 // CHECK: [[Y:%.+]] = call @day0_mxfp4_linear_32x64([[XC]], {{.*}}) : (tensor<?x64xf32>, tensor<32x32xi8>, tensor<32x2xi8>) -> tensor<?x32xf32>
 // CHECK-NEXT: tensor.cast [[Y]] : tensor<?x32xf32> to tensor<1x32xf32>
 
+// A static site with T·k >= 64 rows (one GEMM tile) takes the GEMM too.
+func.func @moe_t32(%x: !torch.vtensor<[32,64],f32>, %p: !torch.vtensor<[4,96,32],ui8>, %s: !torch.vtensor<[4,96,2],ui8>, %e: !torch.vtensor<[32,2],si64>) -> !torch.vtensor<[32,2,96],f32> {
+  %y = torch.operator "torch.day0.mxfp4_moe"(%x, %p, %s, %e) : (!torch.vtensor<[32,64],f32>, !torch.vtensor<[4,96,32],ui8>, !torch.vtensor<[4,96,2],ui8>, !torch.vtensor<[32,2],si64>) -> !torch.vtensor<[32,2,96],f32>
+  return %y : !torch.vtensor<[32,2,96],f32>
+}
+// CHECK-LABEL: func.func @moe_t32(
+// CHECK: call @day0_mxfp4_moe_gemm_4x96x64_k2(
+
+// Decode's down call (its k (token, slot) rows as tokens, k = 1): fewer rows, the matvec.
+func.func @moe_down_decode(%x: !torch.vtensor<[8,64],f32>, %p: !torch.vtensor<[4,32,32],ui8>, %s: !torch.vtensor<[4,32,2],ui8>, %e: !torch.vtensor<[8,1],si64>) -> !torch.vtensor<[8,1,32],f32> {
+  %y = torch.operator "torch.day0.mxfp4_moe"(%x, %p, %s, %e) : (!torch.vtensor<[8,64],f32>, !torch.vtensor<[4,32,32],ui8>, !torch.vtensor<[4,32,2],ui8>, !torch.vtensor<[8,1],si64>) -> !torch.vtensor<[8,1,32],f32>
+  return %y : !torch.vtensor<[8,1,32],f32>
+}
+// CHECK-LABEL: func.func @moe_down_decode(
+// CHECK: call @day0_mxfp4_moe_4x32x64_k1(
+
+// T == 1 (decode's gate_up) keeps the matvec.
 func.func @moe_i32(%x: !torch.vtensor<[1,64],f32>, %p: !torch.vtensor<[4,32,32],ui8>, %s: !torch.vtensor<[4,32,2],ui8>, %e: !torch.vtensor<[1,2],si32>) -> !torch.vtensor<[1,2,32],f32> {
   %y = torch.operator "torch.day0.mxfp4_moe"(%x, %p, %s, %e) : (!torch.vtensor<[1,64],f32>, !torch.vtensor<[4,32,32],ui8>, !torch.vtensor<[4,32,2],ui8>, !torch.vtensor<[1,2],si32>) -> !torch.vtensor<[1,2,32],f32>
   return %y : !torch.vtensor<[1,2,32],f32>
@@ -40,9 +65,12 @@ func.func @moe_i32(%x: !torch.vtensor<[1,64],f32>, %p: !torch.vtensor<[4,32,32],
 // CHECK: torch.aten.to.dtype %arg3, %int4, {{.*}} : !torch.vtensor<[1,2],si32>, {{.*}} -> !torch.vtensor<[1,2],si64>
 // CHECK: call @day0_mxfp4_moe_4x32x64_k2(
 
-// The executable with the PTX embedded.
+// The executables with the PTX embedded.
 // CHECK: hal.executable.source private @day0_mxfp4_matvec <objects = <{#executable_target_cuda_nvptx_fb = [#hal.executable.object<{path = "mxfp4_matvec.sm_90.ptx", data = dense<"0x{{[0-9A-F]+}}">
 // CHECK: hal.executable.export public @day0_mxfp4_matvec ordinal(0)
+// CHECK: } <workgroup_size = [256 : index, 1 : index, 1 : index]>
+// CHECK: hal.executable.source private @day0_mxfp4_moe_gemm <objects = <{#executable_target_cuda_nvptx_fb = [#hal.executable.object<{path = "mxfp4_moe_gemm.sm_90.ptx", data = dense<"0x{{[0-9A-F]+}}">
+// CHECK: hal.executable.export public @day0_mxfp4_moe_gemm ordinal(0)
 // CHECK: } <workgroup_size = [256 : index, 1 : index, 1 : index]>
 
 // linear: one expert (weights viewed [1, N, ...], experts all 0); grid (ceil(N/32), rows).
@@ -59,3 +87,18 @@ func.func @moe_i32(%x: !torch.vtensor<[1,64],f32>, %p: !torch.vtensor<[4,32,32],
 // CHECK: [[EF:%.+]] = tensor.collapse_shape %arg3 {{\[\[}}0, 1]] : tensor<?x2xi64> into tensor<?xi64>
 // CHECK: [[O:%.+]] = flow.dispatch @day0_mxfp4_matvec::@day0_mxfp4_matvec[%c1, [[ROWS]]](%c64_i32, %c32_i32, %c2_i32, %c4_i32, %arg0, %arg1, %arg2, [[EF]])
 // CHECK: tensor.expand_shape [[O]] {{\[\[}}0, 1], [2]] output_shape [[[T]], 2, 32] : tensor<?x32xf32> into tensor<?x2x32xf32>
+
+// moe GEMM: grid (ceil(N/64), E), push constants K, N, k, E, rows = T·k.
+// CHECK-LABEL: func.func private @day0_mxfp4_moe_gemm_4x32x64_k2(
+// CHECK: [[T:%.+]] = tensor.dim %arg0, %c0 : tensor<?x64xf32>
+// CHECK: [[ROWS:%.+]] = arith.muli [[T]], %c2 : index
+// CHECK: [[EF:%.+]] = tensor.collapse_shape %arg3 {{\[\[}}0, 1]] : tensor<?x2xi64> into tensor<?xi64>
+// CHECK: [[R:%.+]] = arith.index_cast [[ROWS]] : index to i32
+// CHECK: [[O:%.+]] = flow.dispatch @day0_mxfp4_moe_gemm::@day0_mxfp4_moe_gemm[%c1, %c4](%c64_i32, %c32_i32, %c2_i32, %c4_i32, [[R]], %arg0, %arg1, %arg2, [[EF]]) : (i32, i32, i32, i32, i32, tensor<?x64xf32>{[[T]]}, tensor<4x32x32xi8>, tensor<4x32x2xi8>, tensor<?xi64>{[[ROWS]]}) -> tensor<?x32xf32>{[[ROWS]]}
+// CHECK: tensor.expand_shape [[O]] {{\[\[}}0, 1], [2]] output_shape [[[T]], 2, 32] : tensor<?x32xf32> into tensor<?x2x32xf32>
+// N = 96: two column tiles.
+// CHECK-LABEL: func.func private @day0_mxfp4_moe_gemm_4x96x64_k2(
+// CHECK: arith.muli
+// CHECK-NEXT: [[GX:%.+]] = arith.constant 2 : index
+// CHECK-NEXT: [[GE:%.+]] = arith.constant 4 : index
+// CHECK: flow.dispatch @day0_mxfp4_moe_gemm::@day0_mxfp4_moe_gemm[[[GX]], [[GE]]](%c64_i32, %c96_i32, %c2_i32, %c4_i32,
