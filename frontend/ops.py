@@ -21,21 +21,21 @@ def dsa_attention(q: Tensor, kv: Tensor, indices: Tensor, scale: float, value_di
     indices: [S, K]     i64   selected rows per query, -1 marks an empty slot
     returns: [S, H, value_dim] f32, softmax(scale · q·kᵀ) over the selected rows · v.
     A query whose slots are all empty gets zeros. q and kv may both be bf16 instead: the math
-    stays f32 on the widened (exact) q and rows, and the result is that f32 result rounded once to
-    bf16 (nearest even): a caller that widens it back sees bf16 values (a lowering may not skip it).
+    stays f32 on the widened (exact) q and rows, and the result is f32 all the same (no rounding
+    to bf16: the result is small, and rounding it would only cost accuracy).
     """
     valid = indices >= 0  # [S, K]
     rows = kv[indices.clamp(min=0)].float()  # [S, K, D]
     scores = torch.einsum("shd,skd->shk", q.float(), rows) * scale
     scores = scores.masked_fill(~valid[:, None, :], float("-inf"))
     probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # all-empty rows: 0 instead of NaN
-    return torch.einsum("shk,skv->shv", probs, rows[..., :value_dim]).to(q.dtype)
+    return torch.einsum("shk,skv->shv", probs, rows[..., :value_dim])
 
 
 @dsa_attention.register_fake
 def _(q: Tensor, kv: Tensor, indices: Tensor, scale: float, value_dim: int) -> Tensor:
     torch._check(q.dim() == 3 and kv.dim() == 2 and indices.dim() == 2)
-    return q.new_empty(q.shape[0], q.shape[1], value_dim)
+    return q.new_empty(q.shape[0], q.shape[1], value_dim, dtype=torch.float32)
 
 
 # Ops a target may keep whole (its pipeline has a kernel for them). Models call the Python

@@ -61,9 +61,10 @@ class SparseMLA(nn.Module):
         w_kv = self.kv_b_proj.weight.float().view(self.heads, self.nope + self.v, self.rank)
         q_latent = absorb_uk(q_nope, w_kv[:, : self.nope])
         query = torch.cat([q_latent, q_rope], -1)  # [S, H, rank + rope]
-        # a bf16 cache takes a bf16 query (the tensor-core kernels' form; math in f32 inside)
+        # a bf16 cache takes a bf16 query (the tensor-core kernels' form; math in f32 inside);
+        # the result is f32 whatever the cache dtype
         o_latent = torch.ops.day0.dsa_attention(query.to(kv_cache.dtype), kv_cache, selected, self.scale,
-                                                self.rank).float()
+                                                self.rank)
         o = apply_uv(o_latent, w_kv[:, self.nope :])
         return linear(o.reshape(s, self.heads * self.v), self.o_proj), kv_cache, index_cache
 

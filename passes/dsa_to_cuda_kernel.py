@@ -8,15 +8,17 @@ selected slots × 4 heads per CTA (rows staged in shared memory, online softmax 
 second merges the splits (flash-decoding).
 
 Precondition: dsa-to-gather-tiles' op checks (q [S,H,D], kv [T,D], indices [S,K] integers,
-result [S,H,V]; H, D, T, K static; f32 or bf16), plus D <= 576 and V <= 1024 (the kernel's
-shared-memory and register layout). Rewrite:
+result [S,H,V] f32; H, D, T, K static), q and kv both f32 or both bf16, plus D <= 576 and
+V <= 1024 (the kernel's shared-memory and register layout). Rewrite:
     %o = torch.operator "torch.day0.dsa_attention"(%q, %kv, %idx, %scale, %vdim)
  -> %o = func.call @day0_dsa_<dtype>_H<H>_D<D>_T<T>_K<K>_V<V>_s<scale bits>(qb, kvb, idxb)
 whose body is
     %ml, %acc = flow.dispatch @day0_dsa_attention::@day0_dsa_partial_<dtype>[splits, ceil(H/4), S]
     %out      = flow.dispatch @day0_dsa_attention::@day0_dsa_combine_<dtype>[H, S]
-with splits = ceil(K / 128). Empty slots (index < 0 or >= T) contribute nothing; a query with
-no valid slot gets zeros (as the op's reference and dsa-to-gather-tiles).
+with splits = ceil(K / 128). The result is f32 for either dtype (the op's contract): the combine
+kernels write f32 (bf16 q and kv are widened exactly; nothing is rounded to bf16). Empty slots
+(index < 0 or >= T) contribute nothing; a query with no valid slot gets zeros (as the op's
+reference and dsa-to-gather-tiles).
 
 bf16 with D % 8 == 0, V % 8 == 0 and V <= min(D, 512) takes the tensor-core kernels instead
 (FlashMLA-style: all heads of a query share each gathered row in one CTA, mma.sync scores and
@@ -101,7 +103,7 @@ def function_text(dt: str, H: int, D: int, T: int, K: int, V: int, scale: float,
     groups = -(-H // (MMA_HEADS_PER_CTA if mma else HEADS_PER_CTA))
     q_t, kv_t, idx_t = f"tensor<?x{H}x{D}x{dt}>", f"tensor<{T}x{D}x{dt}>", f"tensor<?x{K}xi64>"
     ml_t, acc_t, out_t = (f"tensor<?x{splits}x{H}x2xf32>", f"tensor<?x{splits}x{H}x{V}xf32>",
-                          f"tensor<?x{H}x{V}x{dt}>")
+                          f"tensor<?x{H}x{V}xf32>")  # the result is f32 for either dtype
     vblocks = f"\n    %vblocks = arith.constant {-(-V // MMA_V_PER_CTA)} : index" if mma else ""
     rows_const = f"\n    %rows = arith.constant {rows} : i32" if mma else ""
     rows_arg, rows_type = (", %rows", ", i32") if mma else ("", "")
@@ -175,8 +177,8 @@ def _rewrite(site, fn: str) -> None:
     if S is not None:
         qb = b.op("tensor.cast", [qb], tensor_text((None, H, D), dt))
         ib = b.op("tensor.cast", [ib], tensor_text((None, K), "i64"))
-    y = b.op("func.call", [qb, kvb, ib], tensor_text((None, H, V), dt), {"callee": ir.FlatSymbolRefAttr.get(fn)})
+    y = b.op("func.call", [qb, kvb, ib], tensor_text((None, H, V), "f32"), {"callee": ir.FlatSymbolRefAttr.get(fn)})
     if S is not None:
-        y = b.op("tensor.cast", [y], tensor_text((S, H, V), dt))
+        y = b.op("tensor.cast", [y], tensor_text((S, H, V), "f32"))
     # (the scale and value_dim constants go too, if nothing else reads them)
-    replace_op(op, [b.op("torch_c.from_builtin_tensor", [y], TensorType((S, H, V), site.dtype))])
+    replace_op(op, [b.op("torch_c.from_builtin_tensor", [y], TensorType((S, H, V), "f32"))])

@@ -4,10 +4,11 @@ Precondition: the module is raw torch IR from torch-mlir; every
 
     %o = torch.operator "torch.day0.dsa_attention"(%q, %kv, %idx, %scale, %vdim)
          : (!torch.vtensor<[S,H,D],f>, !torch.vtensor<[T,D],f>, !torch.vtensor<[S,K],si64>,
-            !torch.float, !torch.int) -> !torch.vtensor<[S,H,V],f>
+            !torch.float, !torch.int) -> !torch.vtensor<[S,H,V],f32>
 
 has static H, D, T, K (S may be `?`), `%scale` from `torch.constant.float` and `%vdim` from
-`torch.constant.int`. Afterwards no dsa_attention op is left: only aten ops that torch-mlir
+`torch.constant.int`, where f (q and kv alike) is f32, bf16 or f16 and the result is f32
+whatever f is. Afterwards no dsa_attention op is left: only aten ops that torch-mlir
 lowers, so `iree-compile --iree-input-type=torch` takes the result.
 
 The K selected slots are processed in K/tile tiles of `tile` consecutive slots (unrolled: the
@@ -22,13 +23,14 @@ and out = acc / max(l, tiny) (a query with only empty slots has acc = l = 0 -> o
 NEG is a large finite negative: with -inf an all-empty tile would give exp(-inf - -inf) = NaN.
 The first tile initialises (m, l, acc) directly, so no [S, H, 1] fill is needed.
 
-bf16 io: q and the gathered rows are widened to f32; out is rounded to nearest-even bf16 on its
-f32 bits (integer ops), so its narrowing to bf16 is exact. A bare f32 -> bf16 -> f32 round trip
-does not survive IREE's CPU codegen when the narrowing and the consumer's widening land in one
-dispatch: iree-convert-bf16-arith-to-f32 turns both into no-ops, so the model's `.float()` of the
-result saw the unrounded f32 (the deepseek_v32 artifact with bf16 caches then differed from eager
-by 1.3e-3). The widened q is rounded the same way (a no-op on real bf16 values), so the caller's
-narrowing of q survives even if it lands in the dispatch that widens it.
+bf16/f16 io: q and the gathered rows are widened to f32 (exact) and the f32 out is the result
+as is: no rounding, no narrowing. For bf16, the widened q is rounded to nearest-even bf16 on its
+f32 bits (integer ops; a no-op on real bf16 values), so the caller's f32 -> bf16 narrowing of q
+survives even if it lands in the dispatch that widens it: a bare f32 -> bf16 -> f32 round trip
+does not survive IREE's CPU codegen when the narrowing and the widening land in one dispatch
+(iree-convert-bf16-arith-to-f32 turns both into no-ops; when the op still rounded its result to
+bf16, the model's `.float()` of it saw the unrounded f32 that way, and the deepseek_v32 artifact
+with bf16 caches differed from eager by 1.3e-3).
 
 Decode form (S == 1): q is viewed as [H, D] and every product is an `mm` (matvec-shaped).
 Prefill form (S dynamic or > 1): batched over queries with `bmm`; the only queries × keys tensor
@@ -90,8 +92,10 @@ def _check(op: Operation, diag: DiagnosticEngine) -> _Site | None:
             return fail(f"{what} must have rank {rank}, got rank {len(t.dims)}")
     if idx.dtype not in _INDEX_DTYPES:
         return fail(f"indices must be integers (si64 or si32), got {idx.dtype}")
-    if q.dtype not in _FLOAT_DTYPES or kv.dtype != q.dtype or out.dtype != q.dtype:
-        return fail(f"q, kv and result must share one float dtype, got {q.dtype}, {kv.dtype}, {out.dtype}")
+    if q.dtype not in _FLOAT_DTYPES or kv.dtype != q.dtype:
+        return fail(f"q and kv must share one float dtype (f32, bf16 or f16), got {q.dtype}, {kv.dtype}")
+    if out.dtype != "f32":
+        return fail(f"result must be f32 (whatever the q/kv dtype), got {out.dtype}")
     (S, H, D), (T, Dk), (Si, K) = q.dims, kv.dims, idx.dims
     if None in (H, D, T, Dk, K):
         return fail("H, D, T and K must be static (only the query count S may be dynamic)")
@@ -126,7 +130,7 @@ def _rewrite(site: _Site, tile: int, block: int = 0) -> Value:
     S, H, D, K, V, io = site.S, site.H, site.D, site.K, site.V, site.dtype
     decode = S == 1
     # The math runs in f32 whatever the io dtype: bf16 scores, max and sums over K slots lost ~2%
-    # (q and the gathered rows are widened, the output narrowed back).
+    # (q and the gathered rows are widened; the result is f32 too).
     f = "f32"
     neg = _FLOAT_DTYPES[f]
     T = lambda *dims, dtype=f: TensorType(tuple(dims), dtype)  # noqa: E731
@@ -139,7 +143,8 @@ def _rewrite(site: _Site, tile: int, block: int = 0) -> Value:
 
     def round_bf16(value, dims):
         # f32 `value` rounded to the nearest bf16 (ties to even), still f32: the integer form of
-        # arith.truncf, which IREE's CPU codegen cannot drop (see the module docstring). Exact
+        # arith.truncf, which IREE's CPU codegen cannot drop (see the module docstring); used on
+        # the widened q only. Exact
         # for every finite value and infinities; only a NaN with an all-ones payload changes.
         i32 = lambda: T(*dims, dtype="si32")  # noqa: E731
         bits = b.op("torch.aten.view.dtype", [value, b.int(_SI32)], i32())
@@ -236,9 +241,7 @@ def _rewrite(site: _Site, tile: int, block: int = 0) -> Value:
     out = b.op("torch.aten.div.Tensor", [acc, l], T(*lead, H, V))
     if decode:
         out = b.op("torch.aten.view", [out, b.ints([1, H, V])], T(1, H, V))
-    if io == "bf16":
-        out = round_bf16(out, (S, H, V))
-    return to(out, (S, H, V), io)
+    return out  # f32 whatever the io dtype (the op's contract)
 
 
 @dataclass(frozen=True)

@@ -113,6 +113,15 @@ def test_dsa_launches_are_the_pass_dispatches(T):
     launches = gkt.all_launches()
     _same(launches[f"dsa_partial_T{T}"], partial)
     _same(launches[f"dsa_combine_T{T}"], combine)
+    _dsa_out_is_f32(text, c["H"], c["V"])
+
+
+def _dsa_out_is_f32(text: str, H: int, V: int) -> None:
+    """The combine dispatch (and the function) returns what the script's out buffer holds: f32
+    for either q/kv dtype."""
+    (result,) = re.findall(r"flow\.dispatch @\w+::@day0_dsa_combine_\w+\[[^\n]*\n[^\n]*-> (tensor<[^>]*>)", text)
+    assert result == f"tensor<?x{H}x{V}x{gkt.DSA_OUT_DTYPE}>" == f"tensor<?x{H}x{V}xf32>"
+    assert re.search(r"-> " + re.escape(result) + r" \{", text), "the function's result type"
 
 
 @pytest.mark.parametrize("dt,S,H,D,T,K,V", [("bf16", 3, 64, 576, 4096, 2048, 512), ("bf16", 1, 40, 72, 100, 77, 64),
@@ -128,6 +137,7 @@ def test_dsa_launch_tables_for_other_shapes(dt, S, H, D, T, K, V):
         p, c = gkt.dsa_launches(dt, S, H, D, T, K, V, D ** -0.5, fma=fma)
         _same(p, partial)
         _same(c, combine)
+        _dsa_out_is_f32(text, H, V)
 
 
 def test_moe_launches_are_the_pass_dispatches():

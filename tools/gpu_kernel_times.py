@@ -21,7 +21,7 @@ Pieces:
            (else how many keys swapped, and whether all swaps lie within the error of the
            2048th score). Plus correctness cases for prefill and odd shapes.
   dsa      day0::dsa_attention's partial + combine kernels: 64 heads, latent 512, 2048 selected
-           rows of a bf16 cache of T rows (bf16 q and out): the pass's tensor-core kernels, the
+           rows of a bf16 cache of T rows (bf16 q, f32 out): the pass's tensor-core kernels, the
            same at other split sizes and the f32-arithmetic kernels (`fma`, the old ones); plus
            correctness cases (prefill, odd shapes, empty slots) against a float64 reference.
   moe      day0::mxfp4_moe's matvec: 8 of 288 experts, hidden 4096, intermediate 2048: gate_up
@@ -63,6 +63,7 @@ INDEXER_MMA_CTAS, INDEXER_MMA_MAX_KEYS = 264, 2048
 DSA_PTX, DSA_ROWS_PER_SPLIT, DSA_HEADS_PER_CTA = "dsa_attention.sm_90.ptx", 128, 4
 DSA_MMA_HEADS_PER_CTA, DSA_MMA_MAX_V, DSA_MMA_V_PER_CTA = 64, 512, 64
 DSA_MMA_ROWS_DECODE, DSA_MMA_ROWS_PREFILL = 32, 128
+DSA_OUT_DTYPE = "f32"  # the combine kernels' output, whatever the q/kv dtype (the op's contract)
 MXFP4_PTX, MXFP4_ROWS_PER_CTA = "mxfp4_matvec.sm_90.ptx", 32
 MXFP4_GEMM_PTX, MXFP4_GEMM_COLS_PER_CTA = "mxfp4_moe_gemm.sm_90.ptx", 64
 TOPK_PTX = "topk_select.sm_90.ptx"
@@ -330,7 +331,8 @@ def _dsa_run(run: Runner, launches, t: dict):
 
 
 def _dsa_tensors(S, H, D, T, K, V, dtype, g, empty=0.0, max_splits=None):
-    """Inputs (random rows; a fraction `empty` of the slots -1 or >= T) and partial buffers."""
+    """Inputs (random rows; a fraction `empty` of the slots -1 or >= T), partial buffers and the
+    output (f32 for either input dtype)."""
     import torch
 
     bf = dtype
@@ -343,7 +345,7 @@ def _dsa_tensors(S, H, D, T, K, V, dtype, g, empty=0.0, max_splits=None):
     return {"q": torch.randn(S, H, D, device="cuda", generator=g).to(bf),
             "kv": torch.randn(T, D, device="cuda", generator=g).to(bf), "idx": idx,
             "ml": torch.empty(S, splits, H, 2, device="cuda"), "acc": torch.empty(S, splits, H, V, device="cuda"),
-            "out": torch.empty(S, H, V, device="cuda", dtype=bf)}
+            "out": torch.empty(S, H, V, device="cuda", dtype=torch.float32)}
 
 
 def check_dsa_shapes(run: Runner) -> list[dict]:
@@ -393,11 +395,11 @@ def bench_dsa(run: Runner, T: int) -> list[dict]:
     shared = {"q": torch.randn(1, H, D, device="cuda", generator=g).to(bf),
               "ml": torch.empty(1, most_splits, H, 2, device="cuda"),
               "acc": torch.empty(1, most_splits, H, V, device="cuda"),
-              "out": torch.empty(1, H, V, device="cuda", dtype=bf)}
+              "out": torch.empty(1, H, V, device="cuda", dtype=torch.float32)}
     sets = [{**shared, "kv": kvs[i % kv_copies],
              "idx": torch.randperm(T, device="cuda", generator=g)[:K].reshape(1, K)} for i in range(variants)]
     ref = dsa_reference(shared["q"], sets[0]["kv"], sets[0]["idx"], scale, V)
-    op_bytes = K * D * 2 + K * 8 + H * D * 2 + H * V * 2  # rows, indices, q, out
+    op_bytes = K * D * 2 + K * 8 + H * D * 2 + H * V * 4  # rows, indices, q, out (f32)
     results = []
     pass_rows = dsa_mma_rows("bf16", 1, D, V)
     kernel_sets = [("pass", dsa_launches("bf16", 1, H, D, T, K, V, scale), True)]
@@ -408,7 +410,7 @@ def bench_dsa(run: Runner, T: int) -> list[dict]:
         splits = partial.grid[0]
         rel = _rel(_dsa_run(run, (partial, combine), sets[0])[0].float(), ref[0])
         part_bytes = K * D * 2 + K * 8 + H * D * 2 + splits * H * (2 + V) * 4
-        comb_bytes = splits * H * (2 + V) * 4 + H * V * 2
+        comb_bytes = splits * H * (2 + V) * 4 + H * V * 4
         for name, launches, nbytes in (("partial", [partial], part_bytes), ("combine", [combine], comb_bytes),
                                        ("partial+combine", [partial, combine], part_bytes + comb_bytes)):
             if not is_pass and name != "partial+combine":

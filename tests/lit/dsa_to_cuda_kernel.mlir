@@ -8,6 +8,7 @@
 // FMA-LABEL: func.func private @day0_dsa_bf16_H16_D72_T100_K100_V64_s3e000000(
 // FMA: flow.dispatch @day0_dsa_attention::@day0_dsa_partial_bf16[%c1, %c4, %dim]
 // FMA: flow.dispatch @day0_dsa_attention::@day0_dsa_combine_bf16[%c16, %dim]
+// FMA-SAME: -> tensor<?x16x64xf32>{%dim}
 // FMA-LABEL: func.func private @day0_dsa_bf16_H4_D64_T32_K16_V64_s3f000000(
 // FMA: flow.dispatch @day0_dsa_attention::@day0_dsa_partial_bf16[%c1, %c1{{.*}}, %dim]
 // FMA-NOT: _bf16_mma[
@@ -41,34 +42,38 @@ func.func @decode(%q: !torch.vtensor<[1,8,96],f32>, %kv: !torch.vtensor<[64,96],
 // CHECK: [[O:%.+]] = call @day0_dsa_f32_H8_D96_T64_K300_V64_s3e000000([[QC]], [[KV]], [[IC]])
 // CHECK: tensor.cast [[O]] : tensor<?x8x64xf32> to tensor<1x8x64xf32>
 
-// Prefill (dynamic S, bf16, si32 indices widened to si64 first).
-func.func @prefill(%q: !torch.vtensor<[?,4,64],bf16>, %kv: !torch.vtensor<[32,64],bf16>, %idx: !torch.vtensor<[?,16],si32>) -> !torch.vtensor<[?,4,64],bf16> {
+// Prefill (dynamic S, bf16 q and kv, si32 indices widened to si64 first). The result is f32
+// for either dtype (the combine kernels write f32).
+func.func @prefill(%q: !torch.vtensor<[?,4,64],bf16>, %kv: !torch.vtensor<[32,64],bf16>, %idx: !torch.vtensor<[?,16],si32>) -> !torch.vtensor<[?,4,64],f32> {
   %scale = torch.constant.float 0.5
   %v = torch.constant.int 64
-  %o = torch.operator "torch.day0.dsa_attention"(%q, %kv, %idx, %scale, %v) : (!torch.vtensor<[?,4,64],bf16>, !torch.vtensor<[32,64],bf16>, !torch.vtensor<[?,16],si32>, !torch.float, !torch.int) -> !torch.vtensor<[?,4,64],bf16>
-  return %o : !torch.vtensor<[?,4,64],bf16>
+  %o = torch.operator "torch.day0.dsa_attention"(%q, %kv, %idx, %scale, %v) : (!torch.vtensor<[?,4,64],bf16>, !torch.vtensor<[32,64],bf16>, !torch.vtensor<[?,16],si32>, !torch.float, !torch.int) -> !torch.vtensor<[?,4,64],f32>
+  return %o : !torch.vtensor<[?,4,64],f32>
 }
 // CHECK-LABEL: func.func @prefill(
 // CHECK: [[I64:%.+]] = torch.aten.to.dtype %arg2, %int4, {{.*}} -> !torch.vtensor<[?,16],si64>
 // CHECK: [[IB:%.+]] = torch_c.to_builtin_tensor [[I64]] : !torch.vtensor<[?,16],si64> -> tensor<?x16xi64>
-// CHECK: call @day0_dsa_bf16_H4_D64_T32_K16_V64_s3f000000_r128({{.*}}, {{.*}}, [[IB]]) : (tensor<?x4x64xbf16>, tensor<32x64xbf16>, tensor<?x16xi64>) -> tensor<?x4x64xbf16>
+// CHECK: [[Y:%.+]] = call @day0_dsa_bf16_H4_D64_T32_K16_V64_s3f000000_r128({{.*}}, {{.*}}, [[IB]]) : (tensor<?x4x64xbf16>, tensor<32x64xbf16>, tensor<?x16xi64>) -> tensor<?x4x64xf32>
+// CHECK: torch_c.from_builtin_tensor [[Y]] : tensor<?x4x64xf32> -> !torch.vtensor<[?,4,64],f32>
 
 // bf16 decode (static S = 1): the tensor-core kernels with 32 slots per split.
-func.func @decode_bf16(%q: !torch.vtensor<[1,16,72],bf16>, %kv: !torch.vtensor<[100,72],bf16>, %idx: !torch.vtensor<[1,100],si64>) -> !torch.vtensor<[1,16,64],bf16> {
+func.func @decode_bf16(%q: !torch.vtensor<[1,16,72],bf16>, %kv: !torch.vtensor<[100,72],bf16>, %idx: !torch.vtensor<[1,100],si64>) -> !torch.vtensor<[1,16,64],f32> {
   %scale = torch.constant.float 0.125
   %v = torch.constant.int 64
-  %o = torch.operator "torch.day0.dsa_attention"(%q, %kv, %idx, %scale, %v) : (!torch.vtensor<[1,16,72],bf16>, !torch.vtensor<[100,72],bf16>, !torch.vtensor<[1,100],si64>, !torch.float, !torch.int) -> !torch.vtensor<[1,16,64],bf16>
-  return %o : !torch.vtensor<[1,16,64],bf16>
+  %o = torch.operator "torch.day0.dsa_attention"(%q, %kv, %idx, %scale, %v) : (!torch.vtensor<[1,16,72],bf16>, !torch.vtensor<[100,72],bf16>, !torch.vtensor<[1,100],si64>, !torch.float, !torch.int) -> !torch.vtensor<[1,16,64],f32>
+  return %o : !torch.vtensor<[1,16,64],f32>
 }
 // CHECK-LABEL: func.func @decode_bf16(
-// CHECK: call @day0_dsa_bf16_H16_D72_T100_K100_V64_s3e000000_r32(
+// CHECK: [[Y:%.+]] = call @day0_dsa_bf16_H16_D72_T100_K100_V64_s3e000000_r32({{.*}}) : (tensor<?x16x72xbf16>, tensor<100x72xbf16>, tensor<?x100xi64>) -> tensor<?x16x64xf32>
+// CHECK: [[YC:%.+]] = tensor.cast [[Y]] : tensor<?x16x64xf32> to tensor<1x16x64xf32>
+// CHECK: torch_c.from_builtin_tensor [[YC]] : tensor<1x16x64xf32> -> !torch.vtensor<[1,16,64],f32>
 
 // bf16 with D % 8 != 0: the f32-arithmetic kernels.
-func.func @odd_bf16(%q: !torch.vtensor<[1,4,60],bf16>, %kv: !torch.vtensor<[50,60],bf16>, %idx: !torch.vtensor<[1,20],si64>) -> !torch.vtensor<[1,4,32],bf16> {
+func.func @odd_bf16(%q: !torch.vtensor<[1,4,60],bf16>, %kv: !torch.vtensor<[50,60],bf16>, %idx: !torch.vtensor<[1,20],si64>) -> !torch.vtensor<[1,4,32],f32> {
   %scale = torch.constant.float 0.125
   %v = torch.constant.int 32
-  %o = torch.operator "torch.day0.dsa_attention"(%q, %kv, %idx, %scale, %v) : (!torch.vtensor<[1,4,60],bf16>, !torch.vtensor<[50,60],bf16>, !torch.vtensor<[1,20],si64>, !torch.float, !torch.int) -> !torch.vtensor<[1,4,32],bf16>
-  return %o : !torch.vtensor<[1,4,32],bf16>
+  %o = torch.operator "torch.day0.dsa_attention"(%q, %kv, %idx, %scale, %v) : (!torch.vtensor<[1,4,60],bf16>, !torch.vtensor<[50,60],bf16>, !torch.vtensor<[1,20],si64>, !torch.float, !torch.int) -> !torch.vtensor<[1,4,32],f32>
+  return %o : !torch.vtensor<[1,4,32],f32>
 }
 // CHECK-LABEL: func.func @odd_bf16(
 // CHECK: call @day0_dsa_bf16_H4_D60_T50_K20_V32_s3e000000(
@@ -89,18 +94,21 @@ func.func @odd_bf16(%q: !torch.vtensor<[1,4,60],bf16>, %kv: !torch.vtensor<[50,6
 // CHECK: flow.dispatch @day0_dsa_attention::@day0_dsa_partial_bf16_mma[%c4, %c1{{.*}}, %dim](%c16_i32, %c72_i32, %c100_i32, %c64_i32, %c100_i32{{.*}}, %c1040187392_i32, %c32_i32, %arg0, %arg1, %arg2)
 // CHECK-SAME: -> (tensor<?x4x16x2xf32>{%dim}, tensor<?x4x16x64xf32>{%dim})
 // CHECK: flow.dispatch @day0_dsa_attention::@day0_dsa_combine_bf16_mma[%c1{{.*}}, %c16, %dim](%c16_i32, %c64_i32, %c4_i32,
+// CHECK-SAME: -> tensor<?x16x64xf32>{%dim}
+// CHECK-NEXT: return {{.*}} : tensor<?x16x64xf32>
 
 // bf16, D % 8 != 0: the f32-arithmetic kernels, 1 split of 128 slots, 1 group of 4 heads.
 // CHECK-LABEL: func.func private @day0_dsa_bf16_H4_D60_T50_K20_V32_s3e000000(
 // CHECK: flow.dispatch @day0_dsa_attention::@day0_dsa_partial_bf16[%c1, %c1{{.*}}, %dim]
 // CHECK: flow.dispatch @day0_dsa_attention::@day0_dsa_combine_bf16[%c4, %dim]
+// CHECK-SAME: -> tensor<?x4x32xf32>{%dim}
 
 // bf16 prefill, tensor cores: 1 split of 128 slots, 1 group of 64 heads, 7 constants (H, D, K,
 // V, T, scale bits, rows); combine over (ceil(V/64), H, S).
 // CHECK-LABEL: func.func private @day0_dsa_bf16_H4_D64_T32_K16_V64_s3f000000_r128(
 // CHECK: [[S:%.+]] = tensor.dim %arg0, %c0 : tensor<?x4x64xbf16>
 // CHECK: [[ML:%.+]]:2 = flow.dispatch @day0_dsa_attention::@day0_dsa_partial_bf16_mma[%c1, %c1{{.*}}, [[S]]](%c4_i32, %c64_i32, %c16_i32, %c64_i32{{.*}}, %c32_i32, %c1056964608_i32, %c128_i32, %arg0, %arg1, %arg2) : ({{.*}}) -> (tensor<?x1x4x2xf32>{[[S]]}, tensor<?x1x4x64xf32>{[[S]]})
-// CHECK: flow.dispatch @day0_dsa_attention::@day0_dsa_combine_bf16_mma[%c1{{.*}}, %c4, [[S]]]({{.*}}, %c1_i32, [[ML]]#0, [[ML]]#1) : ({{.*}}) -> tensor<?x4x64xbf16>{[[S]]}
+// CHECK: flow.dispatch @day0_dsa_attention::@day0_dsa_combine_bf16_mma[%c1{{.*}}, %c4, [[S]]]({{.*}}, %c1_i32, [[ML]]#0, [[ML]]#1) : ({{.*}}) -> tensor<?x4x64xf32>{[[S]]}
 
 // f32 decode: K = 300 slots -> 3 splits of 128; 8 heads -> 2 groups; scale 0.125 as its f32 bits.
 // CHECK-LABEL: func.func private @day0_dsa_f32_H8_D96_T64_K300_V64_s3e000000(

@@ -100,3 +100,25 @@ func.func @mismatched_s(%q: !torch.vtensor<[3,2,16],f32>, %kv: !torch.vtensor<[3
   %0 = torch.operator "torch.day0.dsa_attention"(%q, %kv, %idx, %scale, %vdim) : (!torch.vtensor<[3,2,16],f32>, !torch.vtensor<[32,16],f32>, !torch.vtensor<[2,8],si64>, !torch.float, !torch.int) -> !torch.vtensor<[3,2,16],f32>
   return %0 : !torch.vtensor<[3,2,16],f32>
 }
+
+// -----
+
+// The result is f32 whatever the q/kv dtype: a bf16 result (the old contract) is rejected.
+func.func @bf16_result(%q: !torch.vtensor<[1,2,16],bf16>, %kv: !torch.vtensor<[32,16],bf16>, %idx: !torch.vtensor<[1,8],si64>) -> !torch.vtensor<[1,2,16],bf16> {
+  %scale = torch.constant.float 1.250000e-01
+  %vdim = torch.constant.int 16
+  // expected-error @+1 {{dsa_attention: result must be f32 (whatever the q/kv dtype), got bf16}}
+  %0 = torch.operator "torch.day0.dsa_attention"(%q, %kv, %idx, %scale, %vdim) : (!torch.vtensor<[1,2,16],bf16>, !torch.vtensor<[32,16],bf16>, !torch.vtensor<[1,8],si64>, !torch.float, !torch.int) -> !torch.vtensor<[1,2,16],bf16>
+  return %0 : !torch.vtensor<[1,2,16],bf16>
+}
+
+// -----
+
+// q and kv must share one dtype.
+func.func @mixed_io(%q: !torch.vtensor<[1,2,16],f32>, %kv: !torch.vtensor<[32,16],bf16>, %idx: !torch.vtensor<[1,8],si64>) -> !torch.vtensor<[1,2,16],f32> {
+  %scale = torch.constant.float 1.250000e-01
+  %vdim = torch.constant.int 16
+  // expected-error @+1 {{dsa_attention: q and kv must share one float dtype (f32, bf16 or f16), got f32, bf16}}
+  %0 = torch.operator "torch.day0.dsa_attention"(%q, %kv, %idx, %scale, %vdim) : (!torch.vtensor<[1,2,16],f32>, !torch.vtensor<[32,16],bf16>, !torch.vtensor<[1,8],si64>, !torch.float, !torch.int) -> !torch.vtensor<[1,2,16],f32>
+  return %0 : !torch.vtensor<[1,2,16],f32>
+}
