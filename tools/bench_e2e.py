@@ -36,6 +36,7 @@ SETTINGS = {  # per benchmark config: the checkpoint config, contexts, the artif
              "cache_dtypes": ["float32", "bfloat16"]},
 }
 SEED = 0
+SHORT = {"float32": "f32", "bfloat16": "bf16"}  # cache dtypes in tables and plots
 # day0 sources the e2e run needs on the host (the eager model and the runtime; no compiler)
 SHIPPED_DIRS = ["models", "runtime"]
 SHIPPED = ["frontend/__init__.py", "frontend/ops.py", "tools/bench_checkpoint.py", "tools/bench_e2e.py",
@@ -274,7 +275,7 @@ def table(r: dict) -> str:
     lines = [f"{'e2e ctx':<10}{'caches':>9}{'day0 ms/tok':>12}{'eager':>9}{'transf.':>9}{'day0 TTFT ms':>14}"
              f"{'eager':>9}{'transf.':>9}{'transf./day0':>13}{'dec err':>10}{'rows ok':>9}"]
     for row in r["rows"]:
-        lines.append(f"{row['context']:<10}{row['cache_dtype'][:4]:>9}{row['day0_decode_ms']:>12.2f}"
+        lines.append(f"{row['context']:<10}{SHORT[row['cache_dtype']]:>9}{row['day0_decode_ms']:>12.2f}"
                      f"{row['eager_decode_ms']:>9.2f}{row['transformers_decode_ms']:>9.2f}{row['day0_ttft_ms']:>14.1f}{row['eager_ttft_ms']:>9.1f}"
                      f"{row['transformers_ttft_ms']:>9.1f}"
                      f"{row['transformers_decode_ms'] / row['day0_decode_ms']:>13.1f}"

@@ -92,10 +92,12 @@ def dsa_steps(reps: int, top_k: int, latent: int, index_heads: int, index_dim: i
         def forward(self, qi, wi, keys, q, kv):
             for _ in range(reps):
                 _, sel = torch.topk(dsa_index(qi, wi, keys), top_k, dim=-1, sorted=False)
-                o = torch.ops.day0.dsa_attention(q[None], kv, sel, scale, latent)[0]  # [H, D]
-                q = o  # chained: the next query (and indexer query) depend on this output
-                qi = o[:index_heads, :index_dim].float()
-            return q
+                o = torch.ops.day0.dsa_attention(q[None], kv, sel, scale, latent)[0]  # [H, D] f32
+                # chained: the next query (and indexer query) depend on this output; the op takes
+                # q in the cache's dtype (bf16) and returns f32
+                q = o.to(q.dtype)
+                qi = o[:index_heads, :index_dim]
+            return o  # the last step's f32 result (the op's contract: not rounded to bf16)
 
     return DsaSteps()
 
@@ -439,6 +441,8 @@ def plot(results_path: Path, out_dir: Path) -> list[Path]:
     """PNGs of the pieces present in results.json (bench_gpu_moe/dsa/e2e.png)."""
     import matplotlib
 
+    from day0.tools import bench_e2e
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -483,7 +487,7 @@ def plot(results_path: Path, out_dir: Path) -> list[Path]:
         contexts = sorted({row["context"] for row in rows})
         dtypes = [d for d in ("float32", "bfloat16") if any(row.get("cache_dtype", "float32") == d for row in rows)]
         first = {c: next(row for row in rows if row["context"] == c) for c in contexts}
-        bars = [(f"day0, {d[:4]} caches", color,
+        bars = [(f"day0, {bench_e2e.SHORT[d]} caches", color,
                  {row["context"]: row for row in rows if row.get("cache_dtype", "float32") == d}, "day0")
                 for d, color in zip(dtypes, ("#2a7", "#176"))]
         bars += [(f"transformers ({e2e['transformers_dtype']})", "#888", first, "transformers"),
