@@ -144,8 +144,8 @@ def _rewrite(site: _Site, tile: int, block: int = 0) -> Value:
     def round_bf16(value, dims):
         # f32 `value` rounded to the nearest bf16 (ties to even), still f32: the integer form of
         # arith.truncf, which IREE's CPU codegen cannot drop (see the module docstring); used on
-        # the widened q only. Exact
-        # for every finite value and infinities; only a NaN with an all-ones payload changes.
+        # the widened q only. Exact for every finite value and infinities; only a NaN with an
+        # all-ones payload changes.
         i32 = lambda: T(*dims, dtype="si32")  # noqa: E731
         bits = b.op("torch.aten.view.dtype", [value, b.int(_SI32)], i32())
         lsb = b.op("torch.aten.bitwise_and.Scalar", [bits, b.int(1 << 16)], i32())

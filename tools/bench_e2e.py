@@ -88,30 +88,40 @@ def _median(xs) -> float:
     return float(np.median(xs))
 
 
-def _time_day0(art: Path, ckpt: Path, device: str, prompts: dict[int, list[int]], forced: list[int]) -> dict:
+def time_session(s, ids, forced, repeats: int, steps: int, warmup: int = 0) -> dict:
+    """One day0 Session on a prompt: prefill_s, the median of `repeats` greedy prefills up to the
+    first token id in host memory (`prefill_greedy`, from a reset); decode_s, the median of
+    `steps` greedy steps after it; then teacher-forced logits of every prompt row and of one
+    decode step per id in `forced`. The first `warmup` prefills and steps are not counted."""
     import numpy as np
 
+    prefill = []
+    for _ in range(warmup + repeats):
+        s.reset()
+        t0 = time.perf_counter()
+        tok = s.prefill_greedy(ids)
+        prefill.append(time.perf_counter() - t0)
+    step_s = []
+    for _ in range(warmup + steps):
+        t0 = time.perf_counter()
+        tok = s.decode_greedy(tok)
+        step_s.append(time.perf_counter() - t0)
+    s.reset()
+    logits = s.prefill(ids)
+    checks = np.stack([s.decode(t) for t in forced])
+    return {"prefill_s": _median(prefill[warmup:]), "decode_s": _median(step_s[warmup:]), "logits": logits,
+            "steps": checks}
+
+
+def _time_day0(art: Path, ckpt: Path, device: str, prompts: dict[int, list[int]], forced: list[int]) -> dict:
     from day0.runtime.session import Session
 
     s = Session.load(art, device=device, verify=False, checkpoint_dir=ckpt)
     out = {}
     for c, ids in prompts.items():
-        ttft = []
-        for _ in range(3):
-            s.reset()
-            t0 = time.perf_counter()
-            tok = s.prefill_greedy(ids)
-            ttft.append(time.perf_counter() - t0)
-        steps_t = []
-        for _ in range(DECODE_STEPS):
-            t0 = time.perf_counter()
-            tok = s.decode_greedy(tok)
-            steps_t.append(time.perf_counter() - t0)
-        s.reset()
-        logits = s.prefill(ids)
-        steps = np.stack([s.decode(t) for t in forced])
-        out[c] = {"ttft_ms": 1e3 * _median(ttft), "decode_ms": 1e3 * _median(steps_t), "logits": logits,
-                  "steps": steps}
+        r = time_session(s, ids, forced, repeats=3, steps=DECODE_STEPS)
+        out[c] = {"ttft_ms": 1e3 * r["prefill_s"], "decode_ms": 1e3 * r["decode_s"], "logits": r["logits"],
+                  "steps": r["steps"]}
     out["state_bytes"] = s.state_bytes()
     return out
 
@@ -209,8 +219,8 @@ def _transformers_eager(model, raw: dict, dev: str, dtype: str):
     return ref, step
 
 
-def _compare(got: dict, want: dict) -> dict:
-    """Teacher-forced agreement of `got` with `want` (day0's eager model): per prompt row and per
+def compare(got: dict, want: dict) -> dict:
+    """Teacher-forced agreement of `got` with `want` (a reference run): per prompt row and per
     checked decode step, max |Δ| ÷ max |want| of the row."""
     import numpy as np
 
@@ -261,9 +271,9 @@ def run(pkg: Path, spec: dict, device: str) -> dict:
                          **{f"day0_{k}": day0[dtype][c][k] for k in ("ttft_ms", "decode_ms")},
                          **{f"eager_{k}": ours[dtype][c][k] for k in ("ttft_ms", "decode_ms")},
                          **{f"transformers_{k}": theirs[c][k] for k in ("ttft_ms", "decode_ms")},
-                         "day0_vs_eager": _compare(day0[dtype][c], ours[dtype][c]),
-                         "day0_vs_eager_f32": _compare(day0[dtype][c], ours["float32"][c]),
-                         "transformers_vs_eager": _compare(theirs[c], ours["float32"][c])})
+                         "day0_vs_eager": compare(day0[dtype][c], ours[dtype][c]),
+                         "day0_vs_eager_f32": compare(day0[dtype][c], ours["float32"][c]),
+                         "transformers_vs_eager": compare(theirs[c], ours["float32"][c])})
     res["rows"] = rows
     del ref, model
     if dev == "cuda":
