@@ -8,6 +8,12 @@ import sys
 
 import pytest
 
+# the venv's editable day0 would fill in modules a package forgot to ship: fail on any day0 module
+# loaded from outside the package
+ONLY_SHIPPED = ("bad = [m.__file__ for m in list(sys.modules.values()) if m.__name__.startswith('day0.') "
+                "and getattr(m, '__file__', None) and not m.__file__.startswith(sys.argv[1])]; "
+                "assert not bad, 'not shipped: ' + ', '.join(bad)")
+
 
 @pytest.mark.slow
 def test_bench_gpu_package_runs_from_its_own_sources(tmp_path):
@@ -21,7 +27,7 @@ def test_bench_gpu_package_runs_from_its_own_sources(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(pkg)}
     p = subprocess.run([sys.executable, "-c", "import day0.tools.bench_gpu as b, sys; "
                         "assert b.__file__.startswith(sys.argv[1]), b.__file__; "
-                        "b.run(__import__('pathlib').Path(sys.argv[1]), 'local-task', None)", str(pkg)],
+                        "b.run(__import__('pathlib').Path(sys.argv[1]), 'local-task', None); " + ONLY_SHIPPED, str(pkg)],
                        capture_output=True, text=True, env=env, cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "limit/day0" in p.stdout  # the table is printed last
@@ -56,3 +62,19 @@ def test_bench_gpu_package_runs_from_its_own_sources(tmp_path):
     assert set(glm5["state_bytes"]) >= {"kda_state", "mla_latent"}
     assert min(glm5[f"{who}_{k}_tok_s"] for who in ("day0", "transformers") for k in ("prefill", "decode")) > 0
     assert "glm5_next small" in p.stdout
+
+
+def test_bench_gpu_package_of_some_pieces_imports_from_its_own_sources(tmp_path):
+    # `run` and `table` import every piece's module, so a package built for a subset of the
+    # pieces must ship them all (a package of only e2e once failed on the GPU host)
+    from day0.tools import bench_gpu
+
+    pkg = tmp_path / "bench-gpu"
+    bench_gpu.package(pkg, "tiny", "llvm-cpu", pieces=(), cache=tmp_path / "ckpt-cache")
+    env = {**os.environ, "PYTHONPATH": str(pkg)}
+    p = subprocess.run([sys.executable, "-c", "import day0.tools.bench_gpu as b, sys; "
+                        "assert b.__file__.startswith(sys.argv[1]), b.__file__; "
+                        "b.run(__import__('pathlib').Path(sys.argv[1]), 'local-task', None); " + ONLY_SHIPPED, str(pkg)],
+                       capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "copy bandwidth" in p.stdout

@@ -51,8 +51,10 @@ CONFIGS = {
     },
 }
 SEED = 0
-# day0 sources the GPU host needs (no compiler, no torch-mlir): the runtime and this file.
+# day0 sources the GPU host needs (no compiler, no torch-mlir): the runtime, this file and the
+# piece modules `run` and `table` import whichever pieces a package holds.
 _SHIPPED = ["runtime/__init__.py", "runtime/vm.py", "tools/__init__.py", "tools/bench_gpu.py", "tools/timing.py",
+            "tools/bench_e2e.py", "tools/bench_gpu_glm5.py",
             "frontend/__init__.py", "frontend/ops.py", "models/__init__.py", "models/moe.py", "models/layers.py"]
 
 
