@@ -18,6 +18,8 @@
     dsa-to-gather-tiles    (llvm-cpu) sparse attention becomes gathered tiles + online softmax
     dsa-to-cuda-kernel     (cuda-sm90) sparse attention runs day0's split-K kernel (the unrolled
                            tiles are a latency-bound dispatch chain on the GPU)
+    matmul-to-bf16-terms   (cuda-sm90) prefill matmuls against bf16 weights run on bf16 tensor
+                           cores as two bf16 products (f32 accuracy); IREE's f32 matmuls are SIMT
 """
 
 TARGETS = ("llvm-cpu", "cuda-sm90")
@@ -65,4 +67,6 @@ def pipeline_for(target: str, selection_width: int | None, preferred_tile: int =
         passes.append("dsa-to-cuda-kernel" if cuda
                       else f"dsa-to-gather-tiles{{block={dsa_block}}}" if dsa_block
                       else f"dsa-to-gather-tiles{{tile={dsa_tile(selection_width, preferred_tile)}}}")
+    if cuda:
+        passes.append("matmul-to-bf16-terms")
     return f"builtin.module({','.join(passes)})"

@@ -1,0 +1,214 @@
+"""matmul-to-bf16-terms: an f32 matmul one of whose operands is a bf16 value widened to f32 runs
+on bf16 tensor cores, as two bf16 products summed in f32, at f32-level accuracy.
+
+The models compute in f32, and their weights are stored in bf16 and widened where they are used
+(models/layers.py). IREE 3.13 compiles such an f32 matmul for sm_90 as a SIMT f32 kernel: a
+512-row chunk of the 4.9B benchmark model's lm_head (512 × 32000 × 2048) takes 16.8 ms on the
+H200, against 0.56 ms as the two bf16 products below on `mma.sync` (docs/perf.md). The widened
+operand is exact in bf16; the f32 operand x is split into two bf16 terms,
+
+    hi = x rounded to bf16 (to nearest even, on the bits)     lo = bf16(x - hi)
+
+so x - hi - lo is below 2^-16 |x| and x·w = hi·w + lo·w with every product exact in f32. The
+rounding is done on the bits, not with truncf/extf: IREE's CPU conversion of bf16 arithmetic
+folds an f32→bf16→f32 round trip that lands in one dispatch (see dsa-to-gather-tiles).
+
+Matched: `torch.aten.mm` and `torch.aten.bmm` with an f32 result of static shape whose two
+output dims (rows M and columns N) are both at least `min-rows`, where an operand is, through
+layout ops only (permute, view, reshape, slice, transpose, t, unsqueeze, squeeze, select,
+expand), a bf16 → f32 conversion (prims.convert_element_type, aten.to.dtype, aten._to_copy).
+The layout ops are rebuilt on the bf16 value and the matmul becomes, between torch_c
+conversions, the split (linalg.generic) and two linalg.matmul / linalg.batch_matmul with bf16
+inputs accumulating into one f32 result. When both operands are widened bf16, one product is
+exact. Matvecs (decode, M or N below min-rows) are left alone: they are bound by the weight's
+bytes, which a second product would read again. Nothing else changes; the pass reports no
+errors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from day0.frontend.ir import Module, Operation, Value
+from day0.passes.base import DiagnosticEngine, ModulePass, collect_ops
+from day0.passes.torch_ir import TensorType, TorchBuilder, replace_op
+
+MATMULS = ("torch.aten.mm", "torch.aten.bmm")
+WIDENS = ("torch.prims.convert_element_type", "torch.aten.to.dtype", "torch.aten._to_copy")
+# ops that move or select values without changing them; operand 0 is the tensor
+LAYOUT = ("torch.aten.permute", "torch.aten.view", "torch.aten.reshape", "torch.aten.slice.Tensor",
+          "torch.aten.transpose.int", "torch.aten.t", "torch.aten.unsqueeze", "torch.aten.squeeze.dim",
+          "torch.aten.select.int", "torch.aten.expand")
+
+
+def _owner(v: Value) -> Operation | None:
+    owner = getattr(v.owner, "operation", v.owner)
+    return owner if isinstance(owner, Operation) else None
+
+
+@dataclass(frozen=True)
+class Widened:
+    """An f32 operand that is the bf16 value `src`, widened by `widen`, then moved by `chain`
+    (layout ops, innermost first)."""
+
+    src: Value
+    widen: Operation
+    chain: list[Operation]
+
+
+def widened_chain(v: Value) -> Widened | None:
+    """How `v` is a widened bf16 value, or None."""
+    chain: list[Operation] = []
+    op = _owner(v)
+    while op is not None and op.name in LAYOUT:
+        chain.append(op)
+        op = _owner(op.operands[0])
+    if op is None or op.name not in WIDENS:
+        return None
+    src = TensorType.of(op.operands[0])
+    out = TensorType.of(op.results[0])
+    if src is None or out is None or src.dtype != "bf16" or out.dtype != "f32":
+        return None
+    return Widened(op.operands[0], op, chain[::-1])
+
+
+def _shape(dims) -> str:
+    return "x".join(str(d) for d in dims)
+
+
+def _maps(rank: int) -> str:
+    d = ", ".join(f"d{i}" for i in range(rank))
+    m = f"affine_map<({d}) -> ({d})>"
+    return f"[{m}, {m}]"
+
+
+def _split(name: str, src: str, dims, lo: bool) -> str:
+    """`name` = the hi (lo=False) or lo bf16 term of the f32 tensor `src`."""
+    rank, sh = len(dims), _shape(dims)
+    tail = ("      %d = arith.subf %x, %h : f32\n      %t = arith.truncf %d : f32 to bf16" if lo
+            else "      %t = arith.truncf %h : f32 to bf16")
+    iters = ", ".join(['"parallel"'] * rank)
+    return f"""
+  %{name}_e = tensor.empty() : tensor<{sh}xbf16>
+  %{name} = linalg.generic {{indexing_maps = {_maps(rank)}, iterator_types = [{iters}]}} ins({src} : tensor<{sh}xf32>) outs(%{name}_e : tensor<{sh}xbf16>) {{
+    ^bb0(%x: f32, %o: bf16):
+      %c16 = arith.constant 16 : i32
+      %one = arith.constant 1 : i32
+      %half = arith.constant 32767 : i32
+      %mask = arith.constant -65536 : i32
+      %i = arith.bitcast %x : f32 to i32
+      %s = arith.shrui %i, %c16 : i32
+      %lsb = arith.andi %s, %one : i32
+      %r0 = arith.addi %i, %half : i32
+      %r = arith.addi %r0, %lsb : i32
+      %hb = arith.andi %r, %mask : i32
+      %h = arith.bitcast %hb : i32 to f32
+{tail}
+      linalg.yield %t : bf16
+  }} -> tensor<{sh}xbf16>"""
+
+
+@dataclass(frozen=True)
+class _Site:
+    op: Operation
+    widened: tuple[Widened | None, Widened | None]  # per operand
+
+
+def _template(site: _Site) -> str:
+    """A function (a, b) -> result of torch types, a and b as the matmul takes them but with the
+    widened operands in bf16; its body replaces the matmul."""
+    a_t, b_t = (TensorType.of(v) for v in site.op.operands)
+    out = TensorType.of(site.op.results[0])
+    types = [TensorType(t.dims, "bf16" if w else "f32") for t, w in zip((a_t, b_t), site.widened)]
+    torch_t = [f"!torch.vtensor<[{','.join(map(str, t.dims))}],{t.dtype}>" for t in types]
+    out_torch = f"!torch.vtensor<[{','.join(map(str, out.dims))}],f32>"
+    builtin = [f"tensor<{_shape(t.dims)}x{t.dtype}>" for t in types]
+    out_b = f"tensor<{_shape(out.dims)}xf32>"
+    kind = "linalg.matmul" if len(out.dims) == 2 else "linalg.batch_matmul"
+    body = [f"  %ab = torch_c.to_builtin_tensor %a : {torch_t[0]} -> {builtin[0]}",
+            f"  %bb = torch_c.to_builtin_tensor %b : {torch_t[1]} -> {builtin[1]}",
+            "  %zero = arith.constant 0.000000e+00 : f32",
+            f"  %acc_e = tensor.empty() : {out_b}",
+            f"  %acc = linalg.fill ins(%zero : f32) outs(%acc_e : {out_b}) -> {out_b}"]
+    bf = [b.replace("xf32>", "xbf16>") for b in builtin]
+    if all(site.widened):
+        body.append(f"  %r = {kind} ins(%ab, %bb : {bf[0]}, {bf[1]}) outs(%acc : {out_b}) -> {out_b}")
+    else:
+        f32_side = 0 if site.widened[0] is None else 1
+        src, dims = ("%ab", a_t.dims) if f32_side == 0 else ("%bb", b_t.dims)
+        body.append(_split("hi", src, dims, lo=False) + _split("lo", src, dims, lo=True))
+        pair = (lambda t: f"%{t}, %bb") if f32_side == 0 else (lambda t: f"%ab, %{t}")
+        body += [f"  %r1 = {kind} ins({pair('hi')} : {bf[0]}, {bf[1]}) outs(%acc : {out_b}) -> {out_b}",
+                 f"  %r = {kind} ins({pair('lo')} : {bf[0]}, {bf[1]}) outs(%r1 : {out_b}) -> {out_b}"]
+    body.append(f"  %y = torch_c.from_builtin_tensor %r : {out_b} -> {out_torch}")
+    return (f"func.func @t(%a: {torch_t[0]}, %b: {torch_t[1]}) -> {out_torch} {{\n" + "\n".join(body)
+            + f"\n  return %y : {out_torch}\n}}")
+
+
+def _rebuild(b: TorchBuilder, src: Value, chain: list[Operation]) -> Value:
+    """The layout ops of `chain` applied to the bf16 value `src`."""
+    v = src
+    for op in chain:
+        dims = TensorType.of(op.results[0]).dims
+        v = b.op(op.name, [v, *list(op.operands)[1:]], TensorType(dims, "bf16"))
+    return v
+
+
+def _rewrite(site: _Site) -> None:
+    op = site.op
+    b = TorchBuilder(op)
+    args = [op.operands[i] if w is None else _rebuild(b, w.src, w.chain) for i, w in enumerate(site.widened)]
+    template = Module.parse(_template(site), op.context)
+    block = template.body.operations[0].regions[0].blocks[0]
+    for arg, real in zip(block.arguments, args):
+        arg.replace_all_uses_with(real)
+    ops = list(block.operations)
+    for inner in ops[:-1]:
+        inner.move_before(op)
+    replace_op(op, [ops[-1].operands[0]])
+
+
+def _erase_dead(ops: list[Operation]) -> None:
+    """Erase the ops of the old f32 chains that nothing reads any more (outermost first)."""
+    changed = True
+    while changed:
+        changed = False
+        for op in list(ops):
+            if all(not list(r.uses) for r in op.results):
+                ops.remove(op)
+                op.erase()
+                changed = True
+
+
+@dataclass(frozen=True)
+class MatmulToBf16Terms(ModulePass):
+    """Options:
+    min-rows  rewrite only matmuls whose output rows M and columns N are both static and at least
+              this (default 64): matvecs stay f32 (bound by the widened operand's bytes).
+    """
+
+    name = "matmul-to-bf16-terms"
+    min_rows: int = 64
+
+    def __post_init__(self):
+        if self.min_rows < 1:
+            raise ValueError(f"min-rows must be >= 1, got {self.min_rows}")
+
+    def apply(self, module_op: Operation, diag: DiagnosticEngine) -> None:
+        sites = []
+        for op in collect_ops(module_op, lambda o: o.name in MATMULS):
+            types = [TensorType.of(v) for v in (*op.operands, op.results[0])]
+            if any(t is None or t.dtype != "f32" or None in t.dims for t in types):
+                continue
+            if min(types[-1].dims[-2:]) < self.min_rows:
+                continue
+            widened = tuple(widened_chain(v) for v in op.operands)
+            if any(widened):
+                sites.append(_Site(op, widened))
+        dead: list[Operation] = []
+        for site in sites:
+            for w in filter(None, site.widened):
+                dead += [o for o in [*reversed(w.chain), w.widen] if o not in dead]
+            with site.op.location:
+                _rewrite(site)
+        _erase_dead(dead)
