@@ -1,27 +1,31 @@
 """matmul-to-bf16-terms: an f32 matmul one of whose operands is a bf16 value widened to f32 runs
-on bf16 tensor cores, as two bf16 products summed in f32, at f32-level accuracy.
+on bf16 tensor cores, as a sum of bf16 products accumulated in f32, at f32 accuracy.
 
 The models compute in f32, and their weights are stored in bf16 and widened where they are used
 (models/layers.py). IREE 3.13 compiles such an f32 matmul for sm_90 as a SIMT f32 kernel: a
 512-row chunk of the 4.9B benchmark model's lm_head (512 × 32000 × 2048) takes 16.8 ms on the
-H200, against 0.56 ms as the two bf16 products below on `mma.sync` (docs/perf.md). The widened
-operand is exact in bf16; the f32 operand x is split into two bf16 terms,
+H200, against 0.56 ms as two bf16 products on `mma.sync` (docs/perf.md). The widened operand is
+exact in bf16; the f32 operand x is split into bf16 terms,
 
-    hi = x rounded to bf16 (to nearest even, on the bits)     lo = bf16(x - hi)
+    t0 = x rounded to bf16 (to nearest even, on the bits)   t1 = bf16(x - t0)   t2 = bf16(x - t0 - t1)
 
-so x - hi - lo is below 2^-16 |x| and x·w = hi·w + lo·w with every product exact in f32. The
-rounding is done on the bits, not with truncf/extf: IREE's CPU conversion of bf16 arithmetic
-folds an f32→bf16→f32 round trip that lands in one dispatch (see dsa-to-gather-tiles).
+(each difference exact in f32), and x·w = Σ tj·w with every product exact in f32. Three terms
+(the default) leave x - t0 - t1 - t2 below 2^-27 |x|: the result is as accurate as an f32
+matmul's. Two terms leave 2^-18 |x| (3.5e-6 of the output's max on a 2048-long row): on the
+random-weight 4.9B model that moved enough router and indexer near-ties to change greedy
+tokens on 1.4% of a 4K prompt's rows against the f32 eager model (docs/perf.md). The rounding
+is done on the bits, not with truncf/extf: IREE's CPU conversion of bf16 arithmetic folds an
+f32→bf16→f32 round trip that lands in one dispatch (see dsa-to-gather-tiles).
 
 Matched: `torch.aten.mm` and `torch.aten.bmm` with an f32 result of static shape whose two
 output dims (rows M and columns N) are both at least `min-rows`, where an operand is, through
 layout ops only (permute, view, reshape, slice, transpose, t, unsqueeze, squeeze, select,
 expand), a bf16 → f32 conversion (prims.convert_element_type, aten.to.dtype, aten._to_copy).
 The layout ops are rebuilt on the bf16 value and the matmul becomes, between torch_c
-conversions, the split (linalg.generic) and two linalg.matmul / linalg.batch_matmul with bf16
-inputs accumulating into one f32 result. When both operands are widened bf16, one product is
-exact. Matvecs (decode, M or N below min-rows) are left alone: they are bound by the weight's
-bytes, which a second product would read again. Nothing else changes; the pass reports no
+conversions, the split (one linalg.generic per term) and one linalg.matmul /
+linalg.batch_matmul per term with bf16 inputs, accumulating into one f32 result. When both
+operands are widened bf16, one product is exact. Matvecs (decode, M or N below min-rows) are
+left alone: they are bound by the weight's bytes, which every further product reads again. Nothing else changes; the pass reports no
 errors.
 """
 
@@ -82,11 +86,26 @@ def _maps(rank: int) -> str:
     return f"[{m}, {m}]"
 
 
-def _split(name: str, src: str, dims, lo: bool) -> str:
-    """`name` = the hi (lo=False) or lo bf16 term of the f32 tensor `src`."""
+def _round(r: str, j: int) -> str:
+    """Lines computing %h{j} = the f32 value `r` rounded to bf16 precision (to nearest even, on
+    the bits; its low 16 bits are zero)."""
+    return f"""
+      %i{j} = arith.bitcast {r} : f32 to i32
+      %s{j} = arith.shrui %i{j}, %c16 : i32
+      %lsb{j} = arith.andi %s{j}, %one : i32
+      %a{j} = arith.addi %i{j}, %half : i32
+      %b{j} = arith.addi %a{j}, %lsb{j} : i32
+      %m{j} = arith.andi %b{j}, %mask : i32
+      %h{j} = arith.bitcast %m{j} : i32 to f32"""
+
+
+def _split(name: str, src: str, dims, term: int) -> str:
+    """`name` = bf16 term `term` (0-based) of the f32 tensor `src`: with r0 = x, term j is r_j
+    rounded to bf16 and r_{j+1} = r_j - term j (exact in f32)."""
     rank, sh = len(dims), _shape(dims)
-    tail = ("      %d = arith.subf %x, %h : f32\n      %t = arith.truncf %d : f32 to bf16" if lo
-            else "      %t = arith.truncf %h : f32 to bf16")
+    lines = _round("%x", 0)
+    for j in range(1, term + 1):
+        lines += f"\n      %r{j} = arith.subf {'%x' if j == 1 else f'%r{j - 1}'}, %h{j - 1} : f32" + _round(f"%r{j}", j)
     iters = ", ".join(['"parallel"'] * rank)
     return f"""
   %{name}_e = tensor.empty() : tensor<{sh}xbf16>
@@ -95,15 +114,8 @@ def _split(name: str, src: str, dims, lo: bool) -> str:
       %c16 = arith.constant 16 : i32
       %one = arith.constant 1 : i32
       %half = arith.constant 32767 : i32
-      %mask = arith.constant -65536 : i32
-      %i = arith.bitcast %x : f32 to i32
-      %s = arith.shrui %i, %c16 : i32
-      %lsb = arith.andi %s, %one : i32
-      %r0 = arith.addi %i, %half : i32
-      %r = arith.addi %r0, %lsb : i32
-      %hb = arith.andi %r, %mask : i32
-      %h = arith.bitcast %hb : i32 to f32
-{tail}
+      %mask = arith.constant -65536 : i32{lines}
+      %t = arith.truncf %h{term} : f32 to bf16
       linalg.yield %t : bf16
   }} -> tensor<{sh}xbf16>"""
 
@@ -114,7 +126,7 @@ class _Site:
     widened: tuple[Widened | None, Widened | None]  # per operand
 
 
-def _template(site: _Site) -> str:
+def _template(site: _Site, terms: int) -> str:
     """A function (a, b) -> result of torch types, a and b as the matmul takes them but with the
     widened operands in bf16; its body replaces the matmul."""
     a_t, b_t = (TensorType.of(v) for v in site.op.operands)
@@ -136,10 +148,13 @@ def _template(site: _Site) -> str:
     else:
         f32_side = 0 if site.widened[0] is None else 1
         src, dims = ("%ab", a_t.dims) if f32_side == 0 else ("%bb", b_t.dims)
-        body.append(_split("hi", src, dims, lo=False) + _split("lo", src, dims, lo=True))
+        body += [_split(f"x{j}", src, dims, j) for j in range(terms)]
         pair = (lambda t: f"%{t}, %bb") if f32_side == 0 else (lambda t: f"%ab, %{t}")
-        body += [f"  %r1 = {kind} ins({pair('hi')} : {bf[0]}, {bf[1]}) outs(%acc : {out_b}) -> {out_b}",
-                 f"  %r = {kind} ins({pair('lo')} : {bf[0]}, {bf[1]}) outs(%r1 : {out_b}) -> {out_b}"]
+        acc = "%acc"
+        for j in range(terms):
+            r = "%r" if j == terms - 1 else f"%y{j}"
+            body.append(f"  {r} = {kind} ins({pair(f'x{j}')} : {bf[0]}, {bf[1]}) outs({acc} : {out_b}) -> {out_b}")
+            acc = r
     body.append(f"  %y = torch_c.from_builtin_tensor %r : {out_b} -> {out_torch}")
     return (f"func.func @t(%a: {torch_t[0]}, %b: {torch_t[1]}) -> {out_torch} {{\n" + "\n".join(body)
             + f"\n  return %y : {out_torch}\n}}")
@@ -154,11 +169,11 @@ def _rebuild(b: TorchBuilder, src: Value, chain: list[Operation]) -> Value:
     return v
 
 
-def _rewrite(site: _Site) -> None:
+def _rewrite(site: _Site, terms: int) -> None:
     op = site.op
     b = TorchBuilder(op)
     args = [op.operands[i] if w is None else _rebuild(b, w.src, w.chain) for i, w in enumerate(site.widened)]
-    template = Module.parse(_template(site), op.context)
+    template = Module.parse(_template(site, terms), op.context)
     block = template.body.operations[0].regions[0].blocks[0]
     for arg, real in zip(block.arguments, args):
         arg.replace_all_uses_with(real)
@@ -185,12 +200,17 @@ class MatmulToBf16Terms(ModulePass):
     """Options:
     min-rows  rewrite only matmuls whose output rows M and columns N are both static and at least
               this (default 64): matvecs stay f32 (bound by the widened operand's bytes).
+    terms     bf16 terms the f32 operand is split into: 3 (default; x - terms < 2^-24 |x|, as
+              exact as an f32 product) or 2 (< 2^-16 |x|; one product less).
     """
 
     name = "matmul-to-bf16-terms"
     min_rows: int = 64
+    terms: int = 3
 
     def __post_init__(self):
+        if self.terms not in (2, 3):
+            raise ValueError(f"terms must be 2 or 3, got {self.terms}")
         if self.min_rows < 1:
             raise ValueError(f"min-rows must be >= 1, got {self.min_rows}")
 
@@ -210,5 +230,5 @@ class MatmulToBf16Terms(ModulePass):
             for w in filter(None, site.widened):
                 dead += [o for o in [*reversed(w.chain), w.widen] if o not in dead]
             with site.op.location:
-                _rewrite(site)
+                _rewrite(site, self.terms)
         _erase_dead(dead)

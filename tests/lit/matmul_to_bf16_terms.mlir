@@ -1,9 +1,11 @@
 // RUN: day0-opt %s --pass-pipeline='builtin.module(matmul-to-bf16-terms)' | filecheck %s
 // RUN: day0-opt %s --pass-pipeline='builtin.module(matmul-to-bf16-terms{min-rows=1})' | filecheck %s --check-prefix=ALL
+// RUN: day0-opt %s --pass-pipeline='builtin.module(matmul-to-bf16-terms{terms=2})' | filecheck %s --check-prefix=TWO
 
 // A linear against a bf16 weight (export's form: widen, permute, mm): the permute is rebuilt on
-// the bf16 weight, x is split into hi (rounded to nearest even on the bits) and lo = x - hi, and
-// two bf16 matmuls accumulate into one f32 result. The widen is gone.
+// the bf16 weight, x is split into three bf16 terms (t0 = x rounded to nearest even on the
+// bits, t1 = the same of x - t0, t2 of x - t0 - t1), and three bf16 matmuls accumulate into one
+// f32 result. The widen is gone.
 func.func @linear(%x: !torch.vtensor<[64,32],f32>, %w: !torch.vtensor<[96,32],bf16>) -> !torch.vtensor<[64,96],f32> {
   %int6 = torch.constant.int 6
   %int1 = torch.constant.int 1
@@ -20,7 +22,7 @@ func.func @linear(%x: !torch.vtensor<[64,32],f32>, %w: !torch.vtensor<[96,32],bf
 // CHECK-NEXT:    [[X:%.+]] = torch_c.to_builtin_tensor %arg0 : !torch.vtensor<[64,32],f32> -> tensor<64x32xf32>
 // CHECK-NEXT:    [[W:%.+]] = torch_c.to_builtin_tensor [[WT]] : !torch.vtensor<[32,96],bf16> -> tensor<32x96xbf16>
 // CHECK:         [[ACC:%.+]] = linalg.fill ins({{%.+}} : f32) outs({{%.+}} : tensor<64x96xf32>) -> tensor<64x96xf32>
-// CHECK:         [[HI:%.+]] = linalg.generic {{.*}} ins([[X]] : tensor<64x32xf32>) outs({{%.+}} : tensor<64x32xbf16>) {
+// CHECK:         [[T0:%.+]] = linalg.generic {{.*}} ins([[X]] : tensor<64x32xf32>) outs({{%.+}} : tensor<64x32xbf16>) {
 // CHECK-NEXT:    ^bb0([[V:%.+]]: f32, {{%.+}}: bf16):
 // CHECK-NEXT:      [[C16:%.+]] = arith.constant 16 : i32
 // CHECK-NEXT:      [[ONE:%.+]] = arith.constant 1 : i32
@@ -35,18 +37,31 @@ func.func @linear(%x: !torch.vtensor<[64,32],f32>, %w: !torch.vtensor<[96,32],bf
 // CHECK-NEXT:      [[H:%.+]] = arith.bitcast [[HB]] : i32 to f32
 // CHECK-NEXT:      [[T:%.+]] = arith.truncf [[H]] : f32 to bf16
 // CHECK-NEXT:      linalg.yield [[T]] : bf16
-// CHECK:         [[LO:%.+]] = linalg.generic {{.*}} ins([[X]] : tensor<64x32xf32>) outs({{%.+}} : tensor<64x32xbf16>) {
+// CHECK:         [[T1:%.+]] = linalg.generic {{.*}} ins([[X]] : tensor<64x32xf32>) outs({{%.+}} : tensor<64x32xbf16>) {
 // CHECK:           [[H:%.+]] = arith.bitcast {{%.+}} : i32 to f32
 // CHECK-NEXT:      [[D:%.+]] = arith.subf {{%.+}}, [[H]] : f32
-// CHECK-NEXT:      [[T:%.+]] = arith.truncf [[D]] : f32 to bf16
+// CHECK:           [[H1:%.+]] = arith.bitcast {{%.+}} : i32 to f32
+// CHECK-NEXT:      [[T:%.+]] = arith.truncf [[H1]] : f32 to bf16
 // CHECK-NEXT:      linalg.yield [[T]] : bf16
-// CHECK:         [[Y1:%.+]] = linalg.matmul ins([[HI]], [[W]] : tensor<64x32xbf16>, tensor<32x96xbf16>) outs([[ACC]] : tensor<64x96xf32>) -> tensor<64x96xf32>
-// CHECK-NEXT:    [[Y2:%.+]] = linalg.matmul ins([[LO]], [[W]] : tensor<64x32xbf16>, tensor<32x96xbf16>) outs([[Y1]] : tensor<64x96xf32>) -> tensor<64x96xf32>
+// CHECK:         [[T2:%.+]] = linalg.generic {{.*}} ins([[X]] : tensor<64x32xf32>) outs({{%.+}} : tensor<64x32xbf16>) {
+// CHECK:           [[D1:%.+]] = arith.subf {{%.+}}, {{%.+}} : f32
+// CHECK:           [[D2:%.+]] = arith.subf [[D1]], {{%.+}} : f32
+// CHECK:           linalg.yield
+// CHECK:         [[Y0:%.+]] = linalg.matmul ins([[T0]], [[W]] : tensor<64x32xbf16>, tensor<32x96xbf16>) outs([[ACC]] : tensor<64x96xf32>) -> tensor<64x96xf32>
+// CHECK-NEXT:    [[Y1:%.+]] = linalg.matmul ins([[T1]], [[W]] : tensor<64x32xbf16>, tensor<32x96xbf16>) outs([[Y0]] : tensor<64x96xf32>) -> tensor<64x96xf32>
+// CHECK-NEXT:    [[Y2:%.+]] = linalg.matmul ins([[T2]], [[W]] : tensor<64x32xbf16>, tensor<32x96xbf16>) outs([[Y1]] : tensor<64x96xf32>) -> tensor<64x96xf32>
 // CHECK-NEXT:    [[Y:%.+]] = torch_c.from_builtin_tensor [[Y2]] : tensor<64x96xf32> -> !torch.vtensor<[64,96],f32>
 // CHECK-NEXT:    return [[Y]] : !torch.vtensor<[64,96],f32>
+// Two terms: t0 and t1, two products.
+// TWO-LABEL:   func.func @linear(
+// TWO-COUNT-2:   linalg.generic
+// TWO-NOT:       linalg.generic
+// TWO:           [[Y0:%.+]] = linalg.matmul
+// TWO-NEXT:      linalg.matmul ins({{%.+}}, {{%.+}} : tensor<64x32xbf16>, tensor<32x96xbf16>) outs([[Y0]] : tensor<64x96xf32>)
+// TWO-NEXT:      torch_c.from_builtin_tensor
 
 // MLA's absorbed query: a bmm against a head-sliced view of a bf16 weight (view, slice) with the
-// f32 operand on the left; the layout chain is rebuilt in bf16, the f32 side split.
+// f32 operand on the left; the layout chain is rebuilt in bf16, the f32 side split in three.
 func.func @absorb(%q: !torch.vtensor<[4,64,16],f32>, %w: !torch.vtensor<[128,64],bf16>) -> !torch.vtensor<[4,64,64],f32> {
   %int6 = torch.constant.int 6
   %int4 = torch.constant.int 4
@@ -65,10 +80,10 @@ func.func @absorb(%q: !torch.vtensor<[4,64,16],f32>, %w: !torch.vtensor<[128,64]
 // CHECK-LABEL: func.func @absorb(
 // CHECK:         [[W3:%.+]] = torch.aten.view %arg1, {{%.+}} : !torch.vtensor<[128,64],bf16>, !torch.list<int> -> !torch.vtensor<[4,32,64],bf16>
 // CHECK-NEXT:    [[WK:%.+]] = torch.aten.slice.Tensor [[W3]], {{.*}} -> !torch.vtensor<[4,16,64],bf16>
-// CHECK:         [[HI:%.+]] = linalg.generic {{.*}} outs({{%.+}} : tensor<4x64x16xbf16>)
-// CHECK:         [[LO:%.+]] = linalg.generic {{.*}} outs({{%.+}} : tensor<4x64x16xbf16>)
-// CHECK:         [[Y1:%.+]] = linalg.batch_matmul ins([[HI]], {{%.+}} : tensor<4x64x16xbf16>, tensor<4x16x64xbf16>) outs({{%.+}} : tensor<4x64x64xf32>)
-// CHECK-NEXT:    linalg.batch_matmul ins([[LO]], {{%.+}} : tensor<4x64x16xbf16>, tensor<4x16x64xbf16>) outs([[Y1]] : tensor<4x64x64xf32>)
+// CHECK-COUNT-3: linalg.generic {{.*}} outs({{%.+}} : tensor<4x64x16xbf16>)
+// CHECK:         [[Y0:%.+]] = linalg.batch_matmul ins({{%.+}}, {{%.+}} : tensor<4x64x16xbf16>, tensor<4x16x64xbf16>) outs({{%.+}} : tensor<4x64x64xf32>)
+// CHECK-NEXT:    [[Y1:%.+]] = linalg.batch_matmul ins({{%.+}}, {{%.+}} : tensor<4x64x16xbf16>, tensor<4x16x64xbf16>) outs([[Y0]] : tensor<4x64x64xf32>)
+// CHECK-NEXT:    linalg.batch_matmul ins({{%.+}}, {{%.+}} : tensor<4x64x16xbf16>, tensor<4x16x64xbf16>) outs([[Y1]] : tensor<4x64x64xf32>)
 // CHECK-NOT:     torch.aten.bmm
 // CHECK-NOT:     torch.prims.convert_element_type
 // CHECK:         return
@@ -84,10 +99,12 @@ func.func @widened_left(%a: !torch.vtensor<[64,32],bf16>, %b: !torch.vtensor<[32
 }
 // CHECK-LABEL: func.func @widened_left(
 // CHECK:         [[A:%.+]] = torch_c.to_builtin_tensor %arg0 : !torch.vtensor<[64,32],bf16> -> tensor<64x32xbf16>
-// CHECK:         [[HI:%.+]] = linalg.generic {{.*}} outs({{%.+}} : tensor<32x64xbf16>)
-// CHECK:         [[LO:%.+]] = linalg.generic {{.*}} outs({{%.+}} : tensor<32x64xbf16>)
-// CHECK:         [[Y1:%.+]] = linalg.matmul ins([[A]], [[HI]] : tensor<64x32xbf16>, tensor<32x64xbf16>)
-// CHECK-NEXT:    linalg.matmul ins([[A]], [[LO]] : tensor<64x32xbf16>, tensor<32x64xbf16>) outs([[Y1]] : tensor<64x64xf32>)
+// CHECK:         [[T0:%.+]] = linalg.generic {{.*}} outs({{%.+}} : tensor<32x64xbf16>)
+// CHECK:         [[T1:%.+]] = linalg.generic {{.*}} outs({{%.+}} : tensor<32x64xbf16>)
+// CHECK:         [[T2:%.+]] = linalg.generic {{.*}} outs({{%.+}} : tensor<32x64xbf16>)
+// CHECK:         [[Y0:%.+]] = linalg.matmul ins([[A]], [[T0]] : tensor<64x32xbf16>, tensor<32x64xbf16>)
+// CHECK-NEXT:    [[Y1:%.+]] = linalg.matmul ins([[A]], [[T1]] : tensor<64x32xbf16>, tensor<32x64xbf16>) outs([[Y0]] : tensor<64x64xf32>)
+// CHECK-NEXT:    linalg.matmul ins([[A]], [[T2]] : tensor<64x32xbf16>, tensor<32x64xbf16>) outs([[Y1]] : tensor<64x64xf32>)
 
 // Both operands widened bf16: one exact product, no split.
 func.func @both_widened(%a: !torch.vtensor<[64,32],bf16>, %b: !torch.vtensor<[32,64],bf16>) -> !torch.vtensor<[64,64],f32> {
