@@ -4,7 +4,8 @@ during one prefill and a few decode steps of a day0 artifact, grouped by kernel 
     python -m day0.tools.gpu_artifact_profile ARTIFACT --checkpoint CKPT [--prompt N] [--steps N]
 
 GPU host only (torch with CUDA, the iree runtime wheel). Prints, per phase, the wall time, the
-kernel count and device time, and the kernels by total device time; --json writes it all.
+kernel count and device time, the GPU's busy time within the span of its kernels (busy well below
+the span: the GPU waits on the host), and the kernels by total device time; --json writes it all.
 """
 
 import argparse
@@ -24,15 +25,30 @@ def _profile(fn):
         fn()
         wall = time.perf_counter() - t0
     kernels = defaultdict(lambda: [0, 0.0])
+    spans = []
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA:
             k = kernels[e.name]
             k[0] += 1
             k[1] += e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
+            spans.append((e.time_range.start, e.time_range.end))
     rows = sorted(({"kernel": n, "launches": c, "us": round(us, 1)} for n, (c, us) in kernels.items()),
                   key=lambda r: -r["us"])
     return {"wall_ms": round(wall * 1e3, 2), "launches": sum(r["launches"] for r in rows),
-            "device_ms": round(sum(r["us"] for r in rows) / 1e3, 2), "kernels": rows}
+            "device_ms": round(sum(r["us"] for r in rows) / 1e3, 2), **_busy(spans), "kernels": rows}
+
+
+def _busy(spans) -> dict:
+    """span_ms: first kernel start to last kernel end; busy_ms: the time some kernel or copy ran
+    (the union of their intervals). busy well below span: the GPU waits on the host."""
+    if not spans:
+        return {"span_ms": 0.0, "busy_ms": 0.0}
+    spans.sort()
+    busy, end = 0.0, spans[0][0]
+    for a, b in spans:
+        busy += max(0.0, b - max(a, end))
+        end = max(end, b)
+    return {"span_ms": round((end - spans[0][0]) / 1e3, 2), "busy_ms": round(busy / 1e3, 2)}
 
 
 def run(artifact: Path, checkpoint: Path | None, prompt: int, steps: int, device: str, top: int) -> dict:
@@ -58,7 +74,8 @@ def run(artifact: Path, checkpoint: Path | None, prompt: int, steps: int, device
     out["decode"]["steps"] = steps
     for phase, r in out.items():
         per = f", per step {r['wall_ms'] / steps:.2f} ms" if phase == "decode" else ""
-        print(f"{phase}: wall {r['wall_ms']} ms{per}; {r['launches']} kernels, {r['device_ms']} ms on the device")
+        print(f"{phase}: wall {r['wall_ms']} ms{per}; {r['launches']} kernels, {r['device_ms']} ms on the device; "
+              f"GPU busy {r['busy_ms']} of a {r['span_ms']} ms span")
         for k in r["kernels"][:top]:
             print(f"  {k['us']:>10.1f} µs {k['launches']:>6}  {k['kernel'][:90]}")
     return out

@@ -4,12 +4,16 @@ GPU host, against PyTorch's torch.topk on the same GPU.
     python -m day0.tools.gpu_topk_check build DIR            # compile machine: vmfbs per k
     python -m day0.tools.gpu_topk_check run DIR --json F     # GPU host: numpy + iree runtime
     python -m day0.tools.gpu_topk_check kernels PTX          # GPU host with torch: kernel times
+    python -m day0.tools.gpu_topk_check small PTX            # GPU host with torch: day0_topk_small
 
 Each k gets `topk_k{k}.vmfb` with topk(x: [T, N] f32) -> (values [T, k], indices [T, k] i32);
 `run` compares, case by case in child processes with a timeout, the selected set with the first
 k of a stable descending sort (ties: lower position) and the values with x at the indices.
 `kernels` launches the PTX's kernels through the CUDA driver on torch tensors (tools/cuda_launch.py)
 and times them inside a CUDA graph (device time, no launch gaps), beside torch.topk timed the same way.
+`small` checks `day0_topk_small` output slot by slot (indices in position order, values, empty
+slots) on short rows with ties, signed zeros, NaN and infinities, on both of its paths (rows of at
+most 256 keys rank by counting; longer ones take the radix passes), and times the router shapes.
 """
 
 import argparse
@@ -198,9 +202,63 @@ def run(out: Path, device: str, timeout: float) -> list[dict]:
     return results
 
 
+def _order_keys(x: np.ndarray) -> np.ndarray:
+    """The kernels' order: NaN above +inf, -0.0 equal to +0.0 (order_key in topk_select.cu)."""
+    u = x.view(np.uint32).copy()
+    mag = u & 0x7FFFFFFF
+    u[mag == 0] = 0
+    u[mag > 0x7F800000] = 0x7FC00000
+    return np.where(u & 0x80000000, ~u, u | 0x80000000).astype(np.uint32)
+
+
+def small_rows(ptx_path: Path) -> list[dict]:
+    """day0_topk_small against the rule: the first k of a stable descending sort, written in
+    position order, then (INT32_MAX, -inf) for the slots a row shorter than k leaves."""
+    import torch
+
+    from day0.tools.cuda_launch import PtxModule, graph_us
+
+    mod = PtxModule(ptx_path)
+    rng = np.random.default_rng(0)
+    f = np.float32
+    special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, 1.0, -1.0], f)
+    cases = []
+    for n in (1, 5, 8, 64, 100, 255, 256, 257, 300, 4224):
+        for k in (1, 2, 8, 16, 64, 2048):
+            if k > 2 * n and k != 2048:
+                continue
+            x = rng.standard_normal((3, n)).astype(f)
+            x[1] = np.round(x[1] * 2) / 2  # many ties
+            x[2, : min(n, 8)] = special[: min(n, 8)]
+            cases.append((n, k, x))
+    out = []
+    for n, k, x in cases:
+        rows = x.shape[0]
+        xt = torch.from_numpy(x).cuda()
+        oi = torch.full((rows, k), -7, dtype=torch.int32, device="cuda")
+        ov = torch.zeros(rows, k, dtype=torch.float32, device="cuda")
+        mod.launch("day0_topk_small", (rows, 1), [xt, oi, ov, n, k])
+        torch.cuda.synchronize()
+        gi, gv = oi.cpu().numpy(), ov.cpu().numpy()
+        ok = True
+        for r in range(rows):
+            sel = np.sort(np.argsort(~_order_keys(x[r]), kind="stable")[: min(n, k)])
+            want_i = np.concatenate([sel, np.full(k - len(sel), 2**31 - 1)]).astype(np.int32)
+            want_v = np.concatenate([x[r][sel], np.full(k - len(sel), -np.inf, f)])
+            ok &= bool(np.array_equal(gi[r], want_i) and np.array_equal(gv[r], want_v, equal_nan=True))
+        out.append({"n": n, "k": k, "correct": ok})
+    for rows, n, k in ((1, 64, 8), (1, 8, 4), (1, 256, 8), (1, 4224, 2048), (512, 64, 8)):
+        xt = torch.randn(rows, n, device="cuda")
+        oi = torch.empty(rows, k, dtype=torch.int32, device="cuda")
+        ov = torch.empty(rows, k, dtype=torch.float32, device="cuda")
+        us = graph_us([lambda: mod.launch("day0_topk_small", (rows, 1), [xt, oi, ov, n, k])], replays=10)
+        out.append({"rows": rows, "n": n, "k": k, "small_us": us})
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="day0-gpu-topk-check")
-    p.add_argument("mode", choices=["build", "run", "kernels", "_check"])
+    p.add_argument("mode", choices=["build", "run", "kernels", "small", "_check"])
     p.add_argument("dir")
     p.add_argument("case", nargs="?")
     p.add_argument("--device", default="cuda")
@@ -213,6 +271,9 @@ def main(argv=None) -> int:
     elif a.mode == "kernels":  # DIR is the .ptx here
         for rows, n in ((1, 32768), (1, 131072), (1, 1048576), (64, 4096), (2048, 4096)):
             print(json.dumps(kernel_times(out, n, 2048, rows)), flush=True)
+    elif a.mode == "small":  # DIR is the .ptx here
+        for r in small_rows(out):
+            print(json.dumps(r), flush=True)
     elif a.mode == "_check":
         print(json.dumps(check_one(out, a.case, a.device)))
     else:
