@@ -23,7 +23,8 @@ Pieces:
   dsa      day0::dsa_attention's partial + combine kernels: 64 heads, latent 512, 2048 selected
            rows of a bf16 cache of T rows (bf16 q, f32 out): the pass's tensor-core kernels, the
            same at other split sizes and the f32-arithmetic kernels (`fma`, the old ones); plus
-           correctness cases (prefill, odd shapes, empty slots) against a float64 reference.
+           correctness cases (prefill, odd shapes, empty slots) against a float64 reference;
+           and the 4.9B e2e model's prefill chunk (16 heads, 512 queries, T = 4224), in TFLOP/s.
   moe      day0::mxfp4_moe's matvec: 8 of 288 experts, hidden 4096, intermediate 2048: gate_up
            (packed [288, 4096, 2048]) and down (packed [288, 4096, 1024]).
   moe_gemm day0::mxfp4_moe in prefill: the grouped tensor-core GEMM (the pass's kernel unless T = 1)
@@ -425,6 +426,27 @@ def bench_dsa(run: Runner, T: int) -> list[dict]:
     return results
 
 
+def bench_dsa_prefill(run: Runner) -> list[dict]:
+    """The e2e benchmark model's prefill chunk (PERF.md's deepseek_v32: 16 heads): S = 512 queries
+    over a 4224-row bf16 latent cache, 2048 selected rows each, the pass's geometry."""
+    import torch
+
+    S, H, D, V, K, T = 512, 16, 576, 512, 2048, 4224
+    scale = D ** -0.5
+    g = torch.Generator(device="cuda").manual_seed(11)
+    partial, combine = dsa_launches("bf16", S, H, D, T, K, V, scale)
+    t = _dsa_tensors(S, H, D, T, K, V, torch.bfloat16, g, max_splits=partial.grid[0])
+    ref = dsa_reference(t["q"][:4], t["kv"], t["idx"][:4], scale, V)
+    rel = _rel(_dsa_run(run, (partial, combine), t)[:4].float(), ref)
+    cold, hot = _time(run, lambda i: [(partial, t), (combine, t)], 1)
+    flops = 2 * S * H * K * (D + V)
+    res = {"piece": "dsa_prefill", "kernel": f"partial+combine [pass: {partial.entry}], S = {S}, H = {H}",
+           "S": S, "H": H, "T": T, "K": K, "grid": [list(partial.grid), list(combine.grid)],
+           "us": round(cold, 1), "hot_us": round(hot, 1), "tflops": round(flops / hot / 1e6, 1), "rel_err": rel}
+    print(json.dumps(res), flush=True)
+    return [res]
+
+
 def mxfp4_dequantize(packed, scales):
     """f32 [..., N, K] of packed u8 [..., N, K/2] (low nibble first) and E8M0 scales [..., N, K/32]."""
     import torch
@@ -578,6 +600,7 @@ def main(argv=None) -> int:
             torch.cuda.empty_cache()
     if "dsa" in pieces:
         results += check_dsa_shapes(run)
+        results += bench_dsa_prefill(run)
         for T in contexts:
             results += bench_dsa(run, T)
             torch.cuda.empty_cache()

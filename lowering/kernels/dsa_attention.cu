@@ -15,7 +15,8 @@
 //   partial  grid (splits, ceil(H/64), S), push constant `rows` = slots per split (the pass: 32 at
 //            decode, 128 for prefill): one CTA takes all (up to 64) heads of one query, so each
 //            gathered row is read once per CTA. Tiles of 16 rows are copied to shared memory with
-//            cp.async (double-buffered, empty slots zero-filled); warp w owns heads 8w..8w+7:
+//            cp.async (double-buffered, empty slots zero-filled); a warp owns 8 heads (with fewer
+//            than 64 heads the warps of one 8-head group split the values between them):
 //            scores[16 rows, 8 heads] = rows · qᵀ on mma.sync m16n8k16 (A = rows via ldmatrix, B
 //            = q held in registers, f32 accumulation, scale applied in f32), online softmax in f32
 //            (base 2), then accᵀ[v, 8 heads] += rowsᵀ[v, 16] · P[16, 8 heads] (A = rows via
@@ -219,6 +220,13 @@ day0_dsa_partial_bf16_mma(const __nv_bfloat16* __restrict__ q, const __nv_bfloat
   const int ntiles = last > first ? (last - first + MMA_TILE - 1) / MMA_TILE : 0;
   const int dpad = (D + 15) & ~15, nk = dpad / 16, nv = (V + 15) / 16;
   const long long* sel = idx + (size_t)s * K;
+  // Warps: head group hg (8 heads) × value part vp. With fewer than 64 heads here the spare
+  // warps split the P·V values instead of computing on zero queries: each of the vparts warps
+  // of a head group computes the same scores and takes its own run of 16-value tiles.
+  const int hgroups = (min(MMA_HEADS, H - blockIdx.y * MMA_HEADS) + 7) / 8;
+  const int vparts = WARPS / hgroups, hg = warp % hgroups, vp = warp / hgroups;
+  const int vper = (nv + vparts - 1) / vparts, vt_lo = vp < vparts ? vp * vper : nv;
+  const int vt_hi = min(nv, vt_lo + vper);
 
   // k padding [D, dpad) (8 columns when D % 16 == 8): zeros, never written by the row copies
   if (dpad > D && threadIdx.x < 2 * MMA_TILE)
@@ -240,7 +248,7 @@ day0_dsa_partial_bf16_mma(const __nv_bfloat16* __restrict__ q, const __nv_bfloat
   if (ntiles > 0) load_tile(0, 0);
 
   // B fragments of q: lane (g, t) holds q[head 8 warp + g, 16 c + 2t (+1), (+8, +9)] as bf16 pairs
-  const int h = blockIdx.y * MMA_HEADS + warp * 8 + g;
+  const int h = blockIdx.y * MMA_HEADS + hg * 8 + g;
   const unsigned* qrow = reinterpret_cast<const unsigned*>(q + ((size_t)s * H + min(h, H - 1)) * D);
   unsigned qf[MMA_KSTEPS][2];
 #pragma unroll
@@ -314,7 +322,7 @@ day0_dsa_partial_bf16_mma(const __nv_bfloat16* __restrict__ q, const __nv_bfloat
     const unsigned vbase = smem_addr(&tile[b][vr][vc]);
 #pragma unroll
     for (int vt = 0; vt < MMA_MAX_V / 16; ++vt) {
-      if (vt < nv) {
+      if (vt >= vt_lo && vt < vt_hi) {
         acc[vt][0] *= c0;
         acc[vt][1] *= c1;
         acc[vt][2] *= c0;
@@ -334,8 +342,9 @@ day0_dsa_partial_bf16_mma(const __nv_bfloat16* __restrict__ q, const __nv_bfloat
     l1 += __shfl_xor_sync(0xffffffffu, l1, o);
   }
   const size_t base = ((size_t)s * splits + split) * H;
-  const int hA = blockIdx.y * MMA_HEADS + warp * 8 + 2 * t, hB = hA + 1;
-  if (g == 0) {
+  const int hA = blockIdx.y * MMA_HEADS + hg * 8 + 2 * t, hB = hA + 1;
+  if (vp >= vparts) return;  // a warp left over when the head groups do not divide the warps
+  if (g == 0 && vp == 0) {
     if (hA < H) { part_ml[(base + hA) * 2] = m0; part_ml[(base + hA) * 2 + 1] = l0; }
     if (hB < H) { part_ml[(base + hB) * 2] = m1; part_ml[(base + hB) * 2 + 1] = l1; }
   }
@@ -344,7 +353,7 @@ day0_dsa_partial_bf16_mma(const __nv_bfloat16* __restrict__ q, const __nv_bfloat
 #pragma unroll
   for (int vt = 0; vt < MMA_MAX_V / 16; ++vt) {
     const int v = 16 * vt + g;
-    if (vt < nv) {
+    if (vt >= vt_lo && vt < vt_hi) {
       if (hA < H && v < V) outA[v] = acc[vt][0];
       if (hB < H && v < V) outB[v] = acc[vt][1];
       if (hA < H && v + 8 < V) outA[v + 8] = acc[vt][2];
