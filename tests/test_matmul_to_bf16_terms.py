@@ -2,7 +2,8 @@
 against a head slice of one, rewritten into bf16 products and compiled by IREE (llvm-cpu), match
 float64 within 1e-6 of the output's max with three terms (an f32 matmul's accuracy) and 1e-5
 with two. One bf16 term alone (x rounded to bf16) is ~2e-3 off, so the bounds hold only if the
-further terms carry x's remaining bits."""
+further terms carry x's remaining bits. Compiled for cuda-sm90, IREE puts the bf16 products on
+tensor cores (the NVVM mma intrinsic on bf16 in the kernels' LLVM IR)."""
 
 from pathlib import Path
 
@@ -46,20 +47,23 @@ def _reference(x, w, q, kv):
     return y, torch.bmm(q.double().transpose(0, 1), wk)
 
 
-@pytest.mark.parametrize("terms,bound", [(3, 1e-6), (2, 1e-5)])
-def test_bf16_terms_match_float64(tmp_path: Path, terms, bound):
+def _rewritten(terms: int) -> str:
     from torch_mlir import fx
 
-    from day0.lowering.compile import compile_mlir
-    from day0.runtime.vm import VmModule
-
-    args = _inputs(0)
-    text = str(fx.export_and_import(_Proj(), *args, output_type="raw"))
+    text = str(fx.export_and_import(_Proj(), *_inputs(0), output_type="raw"))
     ctx = new_context()
     with ctx:
         m = parse_module(text, ctx)
         run_pipeline(m, f"builtin.module(matmul-to-bf16-terms{{terms={terms}}})")
-        rewritten = str(m)
+        return str(m)
+
+
+@pytest.mark.parametrize("terms,bound", [(3, 1e-6), (2, 1e-5)])
+def test_bf16_terms_match_float64(tmp_path: Path, terms, bound):
+    from day0.lowering.compile import compile_mlir
+    from day0.runtime.vm import VmModule
+
+    rewritten = _rewritten(terms)
     assert rewritten.count("linalg.matmul") == terms and rewritten.count("linalg.batch_matmul") == terms
     assert "torch.aten.mm" not in rewritten and "torch.aten.bmm" not in rewritten
     compile_mlir(rewritten, "llvm-cpu", tmp_path / "m.vmfb")
@@ -76,3 +80,12 @@ def test_bf16_terms_match_float64(tmp_path: Path, terms, bound):
     one_term = x.to(torch.bfloat16).double() @ w.double().T
     want = _reference(x, w, q, kv)[0]
     assert (one_term - want).abs().max() / want.abs().max() > 1e-4
+
+
+def test_bf16_terms_run_on_tensor_cores(tmp_path: Path):
+    from day0.lowering.compile import compile_mlir
+
+    compile_mlir(_rewritten(3), "cuda-sm90", tmp_path / "m.vmfb",
+                 extra_flags=[f"--iree-hal-dump-executable-intermediates-to={tmp_path / 'ir'}"])
+    llvm_ir = "".join(p.read_text() for p in (tmp_path / "ir").glob("*.optimized.ll"))
+    assert "@llvm.nvvm.mma.m16n8k16.row.col.bf16" in llvm_ir  # mma.sync on bf16, f32 accumulators
