@@ -22,7 +22,7 @@ reference and dsa-to-gather-tiles).
 
 bf16 with D % 8 == 0, V % 8 == 0 and V <= min(D, 512) takes the tensor-core kernels instead
 (FlashMLA-style: all heads of a query share each gathered row in one CTA, mma.sync scores and
-P·V; P is rounded to bf16 for the P·V product, the rest is f32):
+P·V; P enters P·V as two bf16 terms, hi + lo, the rest is f32):
     %ml, %acc = flow.dispatch @day0_dsa_attention::@day0_dsa_partial_bf16_mma[splits, ceil(H/64), S]
     %out      = flow.dispatch @day0_dsa_attention::@day0_dsa_combine_bf16_mma[ceil(V/64), H, S]
 with rows = 32 slots per split for decode (static S = 1: at K = 2048, 64 CTAs of two 16-row
