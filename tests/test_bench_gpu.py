@@ -54,6 +54,7 @@ def test_bench_gpu_package_runs_from_its_own_sources(tmp_path):
         assert ours["same_greedy_prompt_rows"] == 1.0
         assert min(row[f"{who}_{what}_ms"] for who in ("day0", "eager", "transformers")
                    for what in ("ttft", "decode")) > 0
+        assert row["day0_generate_ms"] > 0
     assert "transf./day0" in p.stdout
     # glm5_next (KDA, k-pool DSA, mHC) compiled vs transformers eager, teacher-forced
     assert glm5["piece"] == "glm5" and glm5["prompt_len"] == spec["glm5"]["prompt_len"]

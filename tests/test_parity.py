@@ -91,6 +91,29 @@ def test_greedy_generate_matches_transformers(name, reference, artifact):
     assert got == want
 
 
+@pytest.mark.parametrize("name", ["ds-sparse", "oss-base"])
+def test_greedy_generate_stopping_at_eos_leaves_the_state_of_its_tokens(name, reference, artifact):
+    """Greedy generate overlaps each token's read-back with the next step (position-indexed
+    state), so it has decoded the EOS before it sees it: it must return the same tokens, stop at
+    the same position, and leave state that continues exactly as one-step-at-a-time decoding."""
+    from day0.runtime.session import Session
+
+    _, ids, _ = _expected(reference, name)
+    prompt = ids[: PARITY[name]["prompt"]].tolist()
+    full = Session.load(artifact(name))
+    assert full._position_indexed  # the overlapped form runs
+    tokens = full.generate(prompt, max_new_tokens=6, stop_at_eos=False)
+    i = next(i for i in range(2, 6) if tokens[i] not in tokens[:i])  # the first repeat would stop earlier
+    s = Session.load(artifact(name))
+    s.eos_token_ids = {tokens[i]}
+    assert s.generate(prompt, max_new_tokens=6) == tokens[: i + 1]
+    assert s.position == len(prompt) + i  # the EOS itself is not in the sequence
+    stepwise = Session.load(artifact(name))
+    stepwise.prefill(np.array(prompt + tokens[:i]))
+    assert rel_err(s.decode(tokens[i])[None], stepwise.decode(tokens[i])[None]) < 1e-6
+    assert s.decode_greedy(7) == stepwise.decode_greedy(7)
+
+
 @pytest.mark.parametrize("name", ["ds-sparse", "ds-tiles", "ds-sparse-mxfp4", "oss-base", "oss-yarn"])
 def test_multi_turn_equals_one_forward(name, reference, artifact):
     """prefill, decode, prefill again, decode == one forward over the concatenation; reset."""

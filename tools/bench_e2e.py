@@ -91,8 +91,12 @@ def _median(xs) -> float:
 def time_session(s, ids, forced, repeats: int, steps: int, warmup: int = 0) -> dict:
     """One day0 Session on a prompt: prefill_s, the median of `repeats` greedy prefills up to the
     first token id in host memory (`prefill_greedy`, from a reset); decode_s, the median of
-    `steps` greedy steps after it; then teacher-forced logits of every prompt row and of one
-    decode step per id in `forced`. The first `warmup` prefills and steps are not counted."""
+    `steps` greedy steps after it (`decode_greedy`, one at a time); generate_s, a token of
+    `Session.generate` at temperature 0 (median time of generating steps + 1 tokens, less
+    prefill_s, over steps: what a user's generation gets, with each token's read-back overlapped
+    with the next step where the artifact allows); then teacher-forced logits of every prompt
+    row and of one decode step per id in `forced`. The first `warmup` prefills and steps are not
+    counted."""
     import numpy as np
 
     prefill = []
@@ -106,11 +110,18 @@ def time_session(s, ids, forced, repeats: int, steps: int, warmup: int = 0) -> d
         t0 = time.perf_counter()
         tok = s.decode_greedy(tok)
         step_s.append(time.perf_counter() - t0)
+    gen = []
+    for _ in range(repeats):
+        s.reset()
+        t0 = time.perf_counter()
+        s.generate(ids, max_new_tokens=steps + 1, stop_at_eos=False)
+        gen.append(time.perf_counter() - t0)
     s.reset()
     logits = s.prefill(ids)
     checks = np.stack([s.decode(t) for t in forced])
-    return {"prefill_s": _median(prefill[warmup:]), "decode_s": _median(step_s[warmup:]), "logits": logits,
-            "steps": checks}
+    prefill_s = _median(prefill[warmup:])
+    return {"prefill_s": prefill_s, "decode_s": _median(step_s[warmup:]),
+            "generate_s": max(0.0, _median(gen) - prefill_s) / steps, "logits": logits, "steps": checks}
 
 
 def _time_day0(art: Path, ckpt: Path, device: str, prompts: dict[int, list[int]], forced: list[int]) -> dict:
@@ -120,7 +131,8 @@ def _time_day0(art: Path, ckpt: Path, device: str, prompts: dict[int, list[int]]
     out = {}
     for c, ids in prompts.items():
         r = time_session(s, ids, forced, repeats=3, steps=DECODE_STEPS)
-        out[c] = {"ttft_ms": 1e3 * r["prefill_s"], "decode_ms": 1e3 * r["decode_s"], "logits": r["logits"],
+        out[c] = {"ttft_ms": 1e3 * r["prefill_s"], "decode_ms": 1e3 * r["decode_s"],
+                  "generate_ms": 1e3 * r["generate_s"], "logits": r["logits"],
                   "steps": r["steps"]}
     out["state_bytes"] = s.state_bytes()
     return out
@@ -268,7 +280,7 @@ def run(pkg: Path, spec: dict, device: str) -> dict:
     for c in e["contexts"]:
         for dtype in e["cache_dtypes"]:
             rows.append({"context": c, "cache_dtype": dtype,
-                         **{f"day0_{k}": day0[dtype][c][k] for k in ("ttft_ms", "decode_ms")},
+                         **{f"day0_{k}": day0[dtype][c][k] for k in ("ttft_ms", "decode_ms", "generate_ms")},
                          **{f"eager_{k}": ours[dtype][c][k] for k in ("ttft_ms", "decode_ms")},
                          **{f"transformers_{k}": theirs[c][k] for k in ("ttft_ms", "decode_ms")},
                          "day0_vs_eager": compare(day0[dtype][c], ours[dtype][c]),
@@ -282,16 +294,18 @@ def run(pkg: Path, spec: dict, device: str) -> dict:
 
 
 def table(r: dict) -> str:
-    lines = [f"{'e2e ctx':<10}{'caches':>9}{'day0 ms/tok':>12}{'eager':>9}{'transf.':>9}{'day0 TTFT ms':>14}"
+    lines = [f"{'e2e ctx':<10}{'caches':>9}{'day0 ms/tok':>12}{'generate':>9}{'eager':>9}{'transf.':>9}{'day0 TTFT ms':>14}"
              f"{'eager':>9}{'transf.':>9}{'transf./day0':>13}{'dec err':>10}{'rows ok':>9}"]
     for row in r["rows"]:
         lines.append(f"{row['context']:<10}{SHORT[row['cache_dtype']]:>9}{row['day0_decode_ms']:>12.2f}"
+                     f"{row.get('day0_generate_ms', float('nan')):>9.2f}"
                      f"{row['eager_decode_ms']:>9.2f}{row['transformers_decode_ms']:>9.2f}{row['day0_ttft_ms']:>14.1f}{row['eager_ttft_ms']:>9.1f}"
                      f"{row['transformers_ttft_ms']:>9.1f}"
                      f"{row['transformers_decode_ms'] / row['day0_decode_ms']:>13.1f}"
                      f"{row['day0_vs_eager']['decode_max_rel_err']:>10.1e}"
                      f"{row['day0_vs_eager']['prompt_rows_within_1e-3']:>9.3f}")
-    lines.append("e2e: greedy decode ms per token and time to first token; caches: day0's latent and indexer "
+    lines.append("e2e: greedy decode ms per token (day0: decode_greedy steps; generate: a token of "
+                 "Session.generate) and time to first token; caches: day0's latent and indexer "
                  "caches (f32 or bf16); eager = day0's model in PyTorch (f32 math, the same caches), "
                  f"transf. = transformers eager ({r['transformers_dtype']}); dec err: day0 vs eager, "
                  "worst teacher-forced decode step; rows ok: fraction of prompt rows within 1e-3 of eager")
