@@ -181,8 +181,6 @@ def compile_checkpoint(checkpoint_dir: Path, out_dir: Path, options: BuildOption
                              for name in entry_points(model, chunk)},
             "state": [{"name": s.name, "kind": s.kind, "layer": s.layer, "shape": list(s.shape),
                        "dtype": s.dtype} for s in model.state_specs()],
-            # every state row belongs to one position: Session may step past the end and back
-            "position_indexed_state": bool(getattr(model, "position_indexed_state", False)),
             "parameters": {"scope": "model", "base_dir": str(checkpoint_dir),
                            "files": ckpt.file_records(), "count": len(exported.parameters)},
             "compile_flags": list(result.flags),

@@ -45,9 +45,6 @@ class Session:
         # prompts of at least `len` tokens run through the static-length prefill (lowering/build.py)
         self._chunk_len = entries.get("prefill_chunk", {}).get("len", 0)
         self._chunk = entry("prefill_chunk") if self._chunk_len else None
-        # every state row belongs to one position (KV-style caches, no recurrent state): a step
-        # past the sequence's end is undone by moving the position back (lowering/build.py)
-        self._position_indexed = bool(manifest.get("position_indexed_state", False))
         self.reset()
 
     @classmethod
@@ -111,15 +108,14 @@ class Session:
                                f"max_seq_len {self.max_seq_len} (compile with a larger --max-seq-len)")
         return arr.astype(np.int64)
 
-    def _run(self, entry, ids, n: int | None = None):
-        """Run an entry point on ids (a numpy array, or a device array of n ids); returns the
-        device logits (and stores the state). The greedy next token stays on the device in
-        self._next (None when the artifact has none)."""
+    def _run(self, entry, ids: np.ndarray):
+        """Run an entry point; returns the device logits (and stores the state). The greedy next
+        token stays on the device in self._next (None when the artifact has none)."""
         fn, extra = entry
         out = fn(ids, np.array([self._pos], dtype=np.int64), *self._state)
         logits, self._next = out[0], (out[1] if extra else None)
         self._state = list(out[1 + extra:])
-        self._pos += ids.size if n is None else n
+        self._pos += ids.size
         return logits
 
     def _run_prompt(self, ids: np.ndarray) -> list:
@@ -179,8 +175,6 @@ class Session:
                                f"max_new_tokens {max_new_tokens} exceeds max_seq_len {self.max_seq_len}")
         rng = make_rng(seed)
         is_greedy = temperature == 0 or top_k == 1
-        if is_greedy and self._position_indexed and self._decode[1]:
-            return self._generate_greedy_overlapped(ids, max_new_tokens, stop_at_eos)
         if is_greedy:
             token = self.prefill_greedy(ids)
         else:
@@ -195,34 +189,6 @@ class Session:
             else:
                 token = sample(self.decode(token), temperature, top_k, top_p, rng)
         return out
-
-    def _generate_greedy_overlapped(self, ids: np.ndarray, max_new_tokens: int, stop_at_eos: bool) -> list[int]:
-        """generate() at temperature 0, with the host's reading of each token overlapped with the
-        next step: a step's greedy token goes straight from the device into the next decode,
-        which is issued before the token is read back (the read then finds its step done).
-        Same tokens and the same final state as one step at a time: the last token is not
-        decoded, and the step issued for an EOS is undone by moving the position back (its rows
-        lie past the sequence; the next call writes them again before anything reads them)."""
-        token = self.prefill_greedy(ids)
-        out = [token]
-        if max_new_tokens == 0:
-            return []
-        if (stop_at_eos and token in self.eos_token_ids) or max_new_tokens == 1:
-            return out
-        self._run(self._decode, self._check_ids([token]))
-        while True:
-            nxt = self._next
-            more = len(out) + 1 < max_new_tokens
-            if more:  # decode the token before reading it
-                self._run(self._decode, nxt, n=1)
-            token = int(np.asarray(nxt.to_host()).reshape(-1)[0])
-            out.append(token)
-            if stop_at_eos and token in self.eos_token_ids:
-                if more:
-                    self._pos -= 1
-                return out
-            if not more:
-                return out
 
 
 def _host_copy(array) -> np.ndarray:

@@ -93,16 +93,14 @@ def test_greedy_generate_matches_transformers(name, reference, artifact):
 
 @pytest.mark.parametrize("name", ["ds-sparse", "oss-base"])
 def test_greedy_generate_stopping_at_eos_leaves_the_state_of_its_tokens(name, reference, artifact):
-    """Greedy generate overlaps each token's read-back with the next step (position-indexed
-    state), so it has decoded the EOS before it sees it: it must return the same tokens, stop at
-    the same position, and leave state that continues exactly as one-step-at-a-time decoding."""
+    """Greedy generate stopping at an EOS returns the tokens up to it, stops at the position
+    before it (the EOS is not decoded), and leaves state that continues exactly as a prefill of
+    the same tokens."""
     from day0.runtime.session import Session
 
     _, ids, _ = _expected(reference, name)
     prompt = ids[: PARITY[name]["prompt"]].tolist()
-    full = Session.load(artifact(name))
-    assert full._position_indexed  # the overlapped form runs
-    tokens = full.generate(prompt, max_new_tokens=6, stop_at_eos=False)
+    tokens = Session.load(artifact(name)).generate(prompt, max_new_tokens=6, stop_at_eos=False)
     i = next(i for i in range(2, 6) if tokens[i] not in tokens[:i])  # the first repeat would stop earlier
     s = Session.load(artifact(name))
     s.eos_token_ids = {tokens[i]}

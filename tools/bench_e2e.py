@@ -93,8 +93,7 @@ def time_session(s, ids, forced, repeats: int, steps: int, warmup: int = 0) -> d
     first token id in host memory (`prefill_greedy`, from a reset); decode_s, the median of
     `steps` greedy steps after it (`decode_greedy`, one at a time); generate_s, a token of
     `Session.generate` at temperature 0 (median time of generating steps + 1 tokens, less
-    prefill_s, over steps: what a user's generation gets, with each token's read-back overlapped
-    with the next step where the artifact allows); then teacher-forced logits of every prompt
+    prefill_s, over steps: what a user's generation gets); then teacher-forced logits of every prompt
     row and of one decode step per id in `forced`. The first `warmup` prefills and steps are not
     counted."""
     import numpy as np
