@@ -25,8 +25,8 @@ The layout ops are rebuilt on the bf16 value and the matmul becomes, between tor
 conversions, the split (one linalg.generic per term) and one linalg.matmul /
 linalg.batch_matmul per term with bf16 inputs, accumulating into one f32 result. When both
 operands are widened bf16, one product is exact. Matvecs (decode, M or N below min-rows) are
-left alone: they are bound by the weight's bytes, which every further product reads again. Nothing else changes; the pass reports no
-errors.
+left alone: they are bound by the weight's bytes, which every further product reads again.
+Nothing else changes; the pass reports no errors.
 """
 
 from __future__ import annotations
@@ -135,6 +135,7 @@ def _template(site: _Site, terms: int) -> str:
     torch_t = [f"!torch.vtensor<[{','.join(map(str, t.dims))}],{t.dtype}>" for t in types]
     out_torch = f"!torch.vtensor<[{','.join(map(str, out.dims))}],f32>"
     builtin = [f"tensor<{_shape(t.dims)}x{t.dtype}>" for t in types]
+    bf = [f"tensor<{_shape(t.dims)}xbf16>" for t in types]  # the matmuls' operand types
     out_b = f"tensor<{_shape(out.dims)}xf32>"
     kind = "linalg.matmul" if len(out.dims) == 2 else "linalg.batch_matmul"
     body = [f"  %ab = torch_c.to_builtin_tensor %a : {torch_t[0]} -> {builtin[0]}",
@@ -142,7 +143,6 @@ def _template(site: _Site, terms: int) -> str:
             "  %zero = arith.constant 0.000000e+00 : f32",
             f"  %acc_e = tensor.empty() : {out_b}",
             f"  %acc = linalg.fill ins(%zero : f32) outs(%acc_e : {out_b}) -> {out_b}"]
-    bf = [b.replace("xf32>", "xbf16>") for b in builtin]
     if all(site.widened):
         body.append(f"  %r = {kind} ins(%ab, %bb : {bf[0]}, {bf[1]}) outs(%acc : {out_b}) -> {out_b}")
     else:
@@ -200,8 +200,8 @@ class MatmulToBf16Terms(ModulePass):
     """Options:
     min-rows  rewrite only matmuls whose output rows M and columns N are both static and at least
               this (default 64): matvecs stay f32 (bound by the widened operand's bytes).
-    terms     bf16 terms the f32 operand is split into: 3 (default; x - terms < 2^-24 |x|, as
-              exact as an f32 product) or 2 (< 2^-16 |x|; one product less).
+    terms     bf16 terms the f32 operand is split into: 3 (default; x - terms < 2^-27 |x|, as
+              exact as an f32 product) or 2 (< 2^-18 |x|; one product less).
     """
 
     name = "matmul-to-bf16-terms"

@@ -19,7 +19,7 @@
     dsa-to-cuda-kernel     (cuda-sm90) sparse attention runs day0's split-K kernel (the unrolled
                            tiles are a latency-bound dispatch chain on the GPU)
     matmul-to-bf16-terms   (cuda-sm90) prefill matmuls against bf16 weights run on bf16 tensor
-                           cores as two bf16 products (f32 accuracy); IREE's f32 matmuls are SIMT
+                           cores as three bf16 products (f32 accuracy); IREE's f32 matmuls are SIMT
 """
 
 TARGETS = ("llvm-cpu", "cuda-sm90")

@@ -15,6 +15,16 @@ ONLY_SHIPPED = ("bad = [m.__file__ for m in list(sys.modules.values()) if m.__na
                 "assert not bad, 'not shipped: ' + ', '.join(bad)")
 
 
+def _run_from_package(pkg, cwd) -> subprocess.CompletedProcess:
+    """bench_gpu.run on the CPU with only the package's day0 sources on the path (as on the GPU
+    host)."""
+    env = {**os.environ, "PYTHONPATH": str(pkg)}
+    return subprocess.run([sys.executable, "-c", "import day0.tools.bench_gpu as b, sys; "
+                           "assert b.__file__.startswith(sys.argv[1]), b.__file__; "
+                           "b.run(__import__('pathlib').Path(sys.argv[1]), 'local-task', None); " + ONLY_SHIPPED,
+                           str(pkg)], capture_output=True, text=True, env=env, cwd=cwd)
+
+
 @pytest.mark.slow
 def test_bench_gpu_package_runs_from_its_own_sources(tmp_path):
     from day0.tools import bench_gpu
@@ -23,12 +33,7 @@ def test_bench_gpu_package_runs_from_its_own_sources(tmp_path):
     bench_gpu.package(pkg, "tiny", "llvm-cpu", cache=tmp_path / "ckpt-cache")
     spec = json.loads((pkg / "bench.json").read_text())
     assert set(spec["vmfbs"]) == {"moe_r1", "moe_r3", "dsa_256_r1", "dsa_256_r3"}
-    # run with only the shipped day0 sources on the path (as on the GPU host)
-    env = {**os.environ, "PYTHONPATH": str(pkg)}
-    p = subprocess.run([sys.executable, "-c", "import day0.tools.bench_gpu as b, sys; "
-                        "assert b.__file__.startswith(sys.argv[1]), b.__file__; "
-                        "b.run(__import__('pathlib').Path(sys.argv[1]), 'local-task', None); " + ONLY_SHIPPED, str(pkg)],
-                       capture_output=True, text=True, env=env, cwd=tmp_path)
+    p = _run_from_package(pkg, tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "limit/day0" in p.stdout  # the table is printed last
     results = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
@@ -72,10 +77,6 @@ def test_bench_gpu_package_of_some_pieces_imports_from_its_own_sources(tmp_path)
 
     pkg = tmp_path / "bench-gpu"
     bench_gpu.package(pkg, "tiny", "llvm-cpu", pieces=(), cache=tmp_path / "ckpt-cache")
-    env = {**os.environ, "PYTHONPATH": str(pkg)}
-    p = subprocess.run([sys.executable, "-c", "import day0.tools.bench_gpu as b, sys; "
-                        "assert b.__file__.startswith(sys.argv[1]), b.__file__; "
-                        "b.run(__import__('pathlib').Path(sys.argv[1]), 'local-task', None); " + ONLY_SHIPPED, str(pkg)],
-                       capture_output=True, text=True, env=env, cwd=tmp_path)
+    p = _run_from_package(pkg, tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "copy bandwidth" in p.stdout
