@@ -27,10 +27,10 @@ test-lit: install
 	$(VENV)/bin/lit -v tests/lit
 
 bench: install
-	$(VPY) -m day0.tools.bench --workdir .cache/bench
-	$(VPY) -m day0.tools.bench_mxfp4 --json .cache/bench/mxfp4.json
-	$(VPY) -m day0.tools.bench_memory --workdir .cache/bench-memory
-	$(VPY) -m day0.tools.bench_glm5 --workdir .cache/bench-glm5
+	$(VPY) -m day0.tools.bench.bench_demo --workdir .cache/bench
+	$(VPY) -m day0.tools.bench.bench_mxfp4 --json .cache/bench/mxfp4.json
+	$(VPY) -m day0.tools.bench.bench_memory --workdir .cache/bench-memory
+	$(VPY) -m day0.tools.bench.bench_glm5 --workdir .cache/bench-glm5
 
 # The GPU benchmark package: compiled here, run on a GPU host with PyTorch and no IREE compiler
 # (HOST_PY: the host's Python, for the runtime and transformers wheels; the e2e piece's oracle). Then: sh $(BENCH_GPU)/run.sh on the host,
@@ -38,7 +38,7 @@ bench: install
 BENCH_GPU ?= .cache/bench-gpu
 HOST_PY   ?= 3.12
 bench-gpu: install
-	$(VPY) -m day0.tools.bench_gpu package $(BENCH_GPU)
+	$(VPY) -m day0.tools.bench.bench_gpu package $(BENCH_GPU)
 	$(VPY) -m pip download -q --no-deps --only-binary=:all: --python-version $(HOST_PY) --implementation cp \
 		--platform manylinux_2_28_x86_64 -d $(BENCH_GPU)/wheels iree-base-runtime==3.13.0
 	$(VPY) -m pip download -q --only-binary=:all: --python-version $(HOST_PY) --implementation cp \
@@ -50,7 +50,7 @@ bench-gpu: install
 RESULTS ?= $(BENCH_GPU)/results.json
 bench-gpu-plot: install
 	$(VPY) -m pip install -q matplotlib==3.10.7
-	$(VPY) -m day0.tools.bench_gpu plot $(RESULTS) --out docs
+	$(VPY) -m day0.tools.bench.bench_gpu plot $(RESULTS) --out docs
 
 clean:
 	rm -rf $(VENV) .cache

@@ -45,7 +45,7 @@ class Target:
     device: str
     prepare: Callable[[str], str] | None = field(default=None, compare=False)
     # > 0: artifacts also get `prefill_chunk`, prefill at this static length, which Session runs
-    # prompts through (see build.py); 0: prompts go through the dynamic-length prefill only.
+    # prompts through (see driver.py); 0: prompts go through the dynamic-length prefill only.
     prefill_chunk: int = 0
     # The position-indexed caches' dtype for models that support bf16 caches (others: float32).
     cache_dtype: str = "float32"

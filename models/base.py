@@ -82,7 +82,7 @@ class CausalLM(nn.Module):
     def state_specs(self) -> list[StateSpec]:
         raise NotImplementedError
 
-    # Architectures whose caches may be stored in bfloat16 (`cache_dtype`; lowering/build.py's
+    # Architectures whose caches may be stored in bfloat16 (`cache_dtype`; lowering/driver.py's
     # --cache-dtype) set this; their state_specs use `self.cache_dtype` for the position-indexed caches.
     supports_bf16_cache = False
     cache_dtype = "float32"

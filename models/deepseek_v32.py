@@ -88,7 +88,7 @@ class DeepseekV32(CausalLM):
     from a checkpoint; `step` is exported as prefill, decode and prefill_first."""
 
     has_first_turn = True  # step(first_turn=True) scores only the prompt's own keys
-    position_indexed_state = True  # every state row belongs to one position (lowering/build.py)
+    position_indexed_state = True  # every state row belongs to one position (lowering/driver.py)
     supports_bf16_cache = True  # the latent and indexer key caches may be bfloat16 (models/base.py)
 
     def __init__(self, cfg, max_seq_len: int):

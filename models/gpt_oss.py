@@ -189,7 +189,7 @@ class GptOss(CausalLM):
     """The causal LM. Build it with `GptOss.empty(cfg, max_seq_len)` and fill the weights from a
     checkpoint; `step` is the functional entry point for both prefill and decode."""
 
-    position_indexed_state = True  # every state row belongs to one position (lowering/build.py)
+    position_indexed_state = True  # every state row belongs to one position (lowering/driver.py)
 
     def __init__(self, cfg, max_seq_len: int):
         super().__init__()

@@ -27,7 +27,7 @@ P·V; P enters P·V as two bf16 terms, hi + lo, the rest is f32):
     %out      = flow.dispatch @day0_dsa_attention::@day0_dsa_combine_bf16_mma[ceil(V/64), H, S]
 with rows = 32 slots per split for decode (static S = 1: at K = 2048, 64 CTAs of two 16-row
 tiles, the second prefetched during the first; not yet measured against 16 and 64, which
-tools/gpu_kernel_times.py times beside it) and 128 otherwise (prefill: fewer partials per
+tools/bench/gpu_kernel_times.py times beside it) and 128 otherwise (prefill: fewer partials per
 query), splits = ceil(K / rows); the function name then ends in `_r<rows>`. The option
 tensor-cores=false keeps every site on the f32-arithmetic kernels.
 """

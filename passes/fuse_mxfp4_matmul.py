@@ -32,7 +32,7 @@ moe: the same contraction over (t, j, n | g, b) on the gathered [T, k, N, K/32, 
 Unfused form (prefill=unfused, the default for mxfp4_linear with M != 1): dequantize into a
 temporary f32 weight [N, K] behind a `util.optimization_barrier` (IREE's aggressive
 fusion would otherwise put the unpack back into the matmul), then `linalg.matmul` (moe: a
-generic contraction). Measured by `python -m day0.tools.bench_mxfp4` on this 2-core CPU
+generic contraction). Measured by `python -m day0.tools.bench.bench_mxfp4` on this 2-core CPU
 (IREE 3.13, llvm-cpu flags of lowering/targets.py; medians, result read back; ms):
 
     N x K      M   fused  unfused  torch eager op  torch f32 (pre-dequantized)  limit

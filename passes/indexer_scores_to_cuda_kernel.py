@@ -25,7 +25,7 @@ and each key tile is multiplied by both (keys are bf16 already; products are exa
 in f32), so q enters with 16 significant bits and the scores are within ~1e-5 relative of the
 exact kernels. (With q rounded to bf16 alone the error was ~1e-3 and ~3 keys of a top-2048
 selection per query swapped on the H200: harmless for a trained model, but enough to make a
-random benchmark model diverge from its eager reference.) `tools/gpu_kernel_times.py`
+random benchmark model diverge from its eager reference.) `tools/bench/gpu_kernel_times.py`
 measures the error and the selection overlap; tensor-cores=false keeps the exact kernel.
 
 Options:

@@ -42,7 +42,7 @@ class Session:
             return vm.function(name), sum(1 for o in entries[name]["outputs"] if o.startswith("next["))
 
         self._prefill, self._decode, self._prefill_first = (entry(n) for n in ("prefill", "decode", first))
-        # prompts of at least `len` tokens run through the static-length prefill (lowering/build.py)
+        # prompts of at least `len` tokens run through the static-length prefill (lowering/driver.py)
         self._chunk_len = entries.get("prefill_chunk", {}).get("len", 0)
         self._chunk = entry("prefill_chunk") if self._chunk_len else None
         self.reset()

@@ -25,7 +25,7 @@ def checkpoint(workdir):
 
 @pytest.fixture(scope="session")
 def artifact(workdir):
-    from day0.lowering.build import BuildOptions, compile_checkpoint
+    from day0.lowering.driver import BuildOptions, compile_checkpoint
 
     def get(name: str) -> Path:
         spec, path = PARITY[name], workdir / f"artifact-{name}"

@@ -2,7 +2,7 @@
 
 Each entry: the architecture, config overrides, a seed, shards, the DSA tile, max_seq_len, the
 prompt length, and the expert format ("f32", or MXFP4 via `day0 quantize` in the layout named).
-DeepSeek entries avoid indexer ties (models/demo_checkpoint.py); top-k is smaller than the
+DeepSeek entries avoid indexer ties (tools/checkpoints/demo.py); top-k is smaller than the
 prompts, prompts are longer than one DSA tile, and one checkpoint has several shards.
 gpt_oss entries use a sliding window of 8 < the test sequences and clamp-reaching activations.
 kimi_linear entries mix KDA and MLA layers in different orders; their sequences are longer than
@@ -11,7 +11,7 @@ one has MXFP4 routed experts (compressed-tensors, `day0 quantize`).
 glm5_next entries mix KDA and DSA layers, each with a "shared" indexer layer right after a full
 one, k-pools of 2–8 tokens, index_topk far below the sequences (> one KDA chunk), hc_mult 2–4 mHC
 streams; one has MXFP4 routed experts (compressed-tensors, `day0 quantize`). Their tie-breaking
-init is in models/glm5_next_checkpoint.py (test_glm5_next checks the pool-score margin).
+init is in tools/checkpoints/glm5_next.py (test_glm5_next checks the pool-score margin).
 """
 
 import json
@@ -42,7 +42,7 @@ _KL_MLA_FIRST = dict(hidden_size=64, num_hidden_layers=3, n_shared_experts=2, kv
 # quantized `in` axes, are multiples of 32
 _KL_MXFP4 = dict(_KL_MLA_FIRST, moe_intermediate_size=32)
 
-_GLM_BASE: dict = {}  # models/glm5_next_checkpoint.TINY_TEXT: KDA, DSA full, DSA shared; kpool 4, top 8
+_GLM_BASE: dict = {}  # tools/checkpoints/glm5_next.TINY_TEXT: KDA, DSA full, DSA shared; kpool 4, top 8
 _GLM_DSA_FIRST = dict(hidden_size=64, hc_mult=4, hc_sinkhorn_iters=4, index_topk=16, index_kpool=8,
                       layer_types=["indexed_attention", "indexed_attention", "linear_attention"],
                       indexer_types=["full", "shared", "full"], mlp_layer_types=["sparse", "dense", "sparse"],
@@ -104,11 +104,11 @@ def write_checkpoint(root: Path, name: str) -> Path:
     if path.exists():
         return path
     if spec["arch"] == "gpt_oss":
-        from day0.models.gpt_oss_checkpoint import write_tiny_gpt_oss_checkpoint
+        from day0.tools.checkpoints.gpt_oss import write_tiny_gpt_oss_checkpoint
 
         return write_tiny_gpt_oss_checkpoint(path, spec["config"], spec["seed"], mxfp4=True)
     if spec["arch"] == "kimi_linear":
-        from day0.models.kimi_linear_checkpoint import write_tiny_kimi_linear_checkpoint
+        from day0.tools.checkpoints.kimi_linear import write_tiny_kimi_linear_checkpoint
         from day0.models.quantize import quantize_checkpoint
 
         if spec.get("experts", "f32") == "f32":
@@ -116,14 +116,14 @@ def write_checkpoint(root: Path, name: str) -> Path:
         dense = write_tiny_kimi_linear_checkpoint(root / f"ckpt-{name}-f32", spec["config"], spec["seed"])
         return quantize_checkpoint(dense, path, spec["experts"])
     if spec["arch"] == "glm5_next":
-        from day0.models.glm5_next_checkpoint import write_tiny_glm5_next_checkpoint
+        from day0.tools.checkpoints.glm5_next import write_tiny_glm5_next_checkpoint
         from day0.models.quantize import quantize_checkpoint
 
         if spec.get("experts", "f32") == "f32":
             return write_tiny_glm5_next_checkpoint(path, spec["config"], spec["seed"])
         dense = write_tiny_glm5_next_checkpoint(root / f"ckpt-{name}-f32", spec["config"], spec["seed"])
         return quantize_checkpoint(dense, path, spec["experts"])
-    from day0.models.demo_checkpoint import tiny_deepseek_v32_config, write_tiny_checkpoint
+    from day0.tools.checkpoints.demo import tiny_deepseek_v32_config, write_tiny_checkpoint
     from day0.models.quantize import quantize_checkpoint
 
     cfg = tiny_deepseek_v32_config(**spec["config"])

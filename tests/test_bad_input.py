@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from day0.lowering.build import BuildOptions, compile_checkpoint
+from day0.lowering.driver import BuildOptions, compile_checkpoint
 from day0.models.checkpoint import CheckpointError
 from day0.models.config import ConfigError
 from day0.runtime.artifact import ArtifactError

@@ -19,7 +19,7 @@ def _run_from_package(pkg, cwd) -> subprocess.CompletedProcess:
     """bench_gpu.run on the CPU with only the package's day0 sources on the path (as on the GPU
     host)."""
     env = {**os.environ, "PYTHONPATH": str(pkg)}
-    return subprocess.run([sys.executable, "-c", "import day0.tools.bench_gpu as b, sys; "
+    return subprocess.run([sys.executable, "-c", "import day0.tools.bench.bench_gpu as b, sys; "
                            "assert b.__file__.startswith(sys.argv[1]), b.__file__; "
                            "b.run(__import__('pathlib').Path(sys.argv[1]), 'local-task', None); " + ONLY_SHIPPED,
                            str(pkg)], capture_output=True, text=True, env=env, cwd=cwd)
@@ -27,7 +27,7 @@ def _run_from_package(pkg, cwd) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_bench_gpu_package_runs_from_its_own_sources(tmp_path):
-    from day0.tools import bench_gpu
+    from day0.tools.bench import bench_gpu
 
     pkg = tmp_path / "bench-gpu"
     bench_gpu.package(pkg, "tiny", "llvm-cpu", cache=tmp_path / "ckpt-cache")
@@ -73,7 +73,7 @@ def test_bench_gpu_package_runs_from_its_own_sources(tmp_path):
 def test_bench_gpu_package_of_some_pieces_imports_from_its_own_sources(tmp_path):
     # `run` and `table` import every piece's module, so a package built for a subset of the
     # pieces must ship them all (a package of only e2e once failed on the GPU host)
-    from day0.tools import bench_gpu
+    from day0.tools.bench import bench_gpu
 
     pkg = tmp_path / "bench-gpu"
     bench_gpu.package(pkg, "tiny", "llvm-cpu", pieces=(), cache=tmp_path / "ckpt-cache")

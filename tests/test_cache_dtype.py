@@ -13,7 +13,7 @@ NAME = "ds-sparse"
 
 @pytest.fixture(scope="module")
 def bf16_artifact(checkpoint, tmp_path_factory):
-    from day0.lowering.build import BuildOptions, compile_checkpoint
+    from day0.lowering.driver import BuildOptions, compile_checkpoint
 
     out = tmp_path_factory.mktemp("bf16") / "artifact"
     compile_checkpoint(checkpoint(NAME), out, BuildOptions(max_seq_len=PARITY[NAME]["max_seq_len"],
@@ -70,7 +70,7 @@ def test_bf16_state_bytes_and_state_file(bf16_artifact, artifact, tmp_path):
 
 
 def test_bf16_caches_are_the_cuda_default_and_take_the_tensor_core_kernels(checkpoint, tmp_path):
-    from day0.lowering.build import BuildOptions, compile_checkpoint
+    from day0.lowering.driver import BuildOptions, compile_checkpoint
 
     manifest = compile_checkpoint(checkpoint(NAME), tmp_path / "a", BuildOptions(target="cuda-sm90", max_seq_len=64),
                                   progress=lambda *a: None)
@@ -80,7 +80,7 @@ def test_bf16_caches_are_the_cuda_default_and_take_the_tensor_core_kernels(check
 
 
 def test_cache_dtype_errors(checkpoint, tmp_path):
-    from day0.lowering.build import BuildError, BuildOptions, compile_checkpoint
+    from day0.lowering.driver import BuildError, BuildOptions, compile_checkpoint
 
     with pytest.raises(BuildError, match="not supported for kimi_linear"):
         compile_checkpoint(checkpoint("kl-base"), tmp_path / "a", BuildOptions(cache_dtype="bfloat16"))

@@ -20,7 +20,7 @@ def run(*args, check=True):
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    from day0.models.demo_checkpoint import ensure_demo_checkpoint
+    from day0.tools.checkpoints.demo import ensure_demo_checkpoint
 
     work = tmp_path_factory.mktemp("demo")
     ckpt = ensure_demo_checkpoint(work / "checkpoint")

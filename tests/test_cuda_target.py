@@ -1,5 +1,5 @@
 """The cuda-sm90 target cannot rot on CPU-only CI: compile the demo model for it and check the
-artifact. Running it needs a GPU (tools/gpu_smoke.py on the GPU host)."""
+artifact. Running it needs a GPU (tools/bench/gpu_smoke.py on the GPU host)."""
 
 import json
 
@@ -7,8 +7,8 @@ import pytest
 
 
 def test_demo_model_compiles_for_sm90(tmp_path):
-    from day0.lowering.build import BuildOptions, compile_checkpoint
-    from day0.models.demo_checkpoint import ensure_demo_checkpoint
+    from day0.lowering.driver import BuildOptions, compile_checkpoint
+    from day0.tools.checkpoints.demo import ensure_demo_checkpoint
 
     ckpt = ensure_demo_checkpoint(tmp_path / "ckpt")
     out = tmp_path / "artifact"
@@ -30,7 +30,7 @@ def test_demo_model_compiles_for_sm90(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["ds-tiles-mxfp4", "oss-base"])
 def test_mxfp4_checkpoints_compile_for_sm90_with_the_mxfp4_kernels(checkpoint, tmp_path, name):
-    from day0.lowering.build import BuildOptions, compile_checkpoint
+    from day0.lowering.driver import BuildOptions, compile_checkpoint
 
     compile_checkpoint(checkpoint(name), tmp_path / "a", BuildOptions(target="cuda-sm90", max_seq_len=64),
                        progress=lambda *a: None)
@@ -44,8 +44,8 @@ def test_mxfp4_checkpoints_compile_for_sm90_with_the_mxfp4_kernels(checkpoint, t
 @pytest.mark.parametrize("name", ["kl-base", "glm-base"])
 def test_kda_models_compile_for_sm90(checkpoint, tmp_path, name):
     """KDA's chunk loop (a while loop over whole chunks) and glm5_next's k-pool DSA layers compile
-    for CUDA; models with a recurrent state get no static prefill chunk (lowering/build.py)."""
-    from day0.lowering.build import BuildOptions, compile_checkpoint
+    for CUDA; models with a recurrent state get no static prefill chunk (lowering/driver.py)."""
+    from day0.lowering.driver import BuildOptions, compile_checkpoint
 
     manifest = compile_checkpoint(checkpoint(name), tmp_path / "a", BuildOptions(target="cuda-sm90", max_seq_len=96),
                                   progress=lambda *a: None)

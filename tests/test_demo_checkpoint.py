@@ -1,4 +1,4 @@
-"""models/demo_checkpoint.py: deterministic, sharded, loadable, atomic, tie-free selection."""
+"""tools/checkpoints/demo.py: deterministic, sharded, loadable, atomic, tie-free selection."""
 
 import hashlib
 import json
@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from day0.models import demo_checkpoint as dc
+from day0.tools.checkpoints import demo as dc
 from day0.runtime.tokenizer import load_tokenizer
 
 PROMPT = "The quick brown fox jumps over the lazy dog; naïve café, 42."

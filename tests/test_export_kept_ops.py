@@ -10,7 +10,7 @@ from day0.passes.pipelines import kept_ops
 
 @pytest.fixture(scope="module")
 def demo_model(tmp_path_factory):
-    from day0.models.demo_checkpoint import ensure_demo_checkpoint
+    from day0.tools.checkpoints.demo import ensure_demo_checkpoint
     from day0.models.registry import build_eager
 
     return build_eager(ensure_demo_checkpoint(tmp_path_factory.mktemp("demo") / "ckpt"), 64)
@@ -39,8 +39,8 @@ def test_keeping_does_not_leak_between_exports(demo_model):
 
 
 def test_cuda_pipeline_with_the_indexer_kernel_compiles(tmp_path, monkeypatch):
-    from day0.lowering.build import BuildOptions, compile_checkpoint
-    from day0.models.demo_checkpoint import ensure_demo_checkpoint
+    from day0.lowering.driver import BuildOptions, compile_checkpoint
+    from day0.tools.checkpoints.demo import ensure_demo_checkpoint
     from day0.passes import pipelines
 
     monkeypatch.setitem(pipelines.KEPT_OPS, "cuda-sm90", ("indexer_scores",))

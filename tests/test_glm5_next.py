@@ -57,7 +57,7 @@ def test_configs_exercise_every_feature(reference):
 @pytest.mark.parametrize("name", GLM)
 def test_pool_selection_has_no_ties(name, checkpoint):
     """No pool selection may hang on a tie (or a near-tie within float noise)."""
-    from day0.models.glm5_next_checkpoint import pool_selection_margin
+    from day0.tools.checkpoints.glm5_next import pool_selection_margin
 
     model = _model(checkpoint, name)
     ids = sequence(name, model.cfg.vocab_size)
@@ -262,7 +262,7 @@ def test_compiled_multi_turn(reference, artifact):
 
 def test_block_tiles_pipeline_on_the_model(checkpoint):
     """The exported model through the llvm-cpu pipeline with pool-sized block tiles (what
-    lowering/build.py would pass as pipeline_for(..., dsa_block=model.dsa_block())): every DSA op
+    lowering/driver.py would pass as pipeline_for(..., dsa_block=model.dsa_block())): every DSA op
     is expanded with one block gather per pool. (Export only, one config, to keep the suite short;
     the block form's numerics are tests/test_dsa_to_gather_tiles.py's.)"""
     name = "glm-dsa-first"

@@ -62,7 +62,7 @@ def test_unquantized_checkpoint_matches_transformers(tmp_path):
     from transformers import GptOssForCausalLM
 
     from day0.models.gpt_oss import DenseExperts
-    from day0.models.gpt_oss_checkpoint import write_tiny_gpt_oss_checkpoint
+    from day0.tools.checkpoints.gpt_oss import write_tiny_gpt_oss_checkpoint
     from day0.models.registry import build_eager
 
     spec = PARITY["oss-base"]
@@ -123,7 +123,7 @@ def test_export_keeps_mxfp4_ops_and_packed_parameters(checkpoint):
 ])
 def test_unsupported_configs_are_rejected(change, field):
     from day0.models.gpt_oss import parse_config
-    from day0.models.gpt_oss_checkpoint import tiny_gpt_oss_config
+    from day0.tools.checkpoints.gpt_oss import tiny_gpt_oss_config
 
     base = tiny_gpt_oss_config().to_dict()
     parse_config(base)  # the base config itself is fine

@@ -1,7 +1,7 @@
 """gpu_artifact_profile's busy time: the union of kernel intervals within their span (overlaps
 counted once, gaps not at all). The profiler itself needs a GPU."""
 
-from day0.tools.gpu_artifact_profile import _busy
+from day0.tools.bench.gpu_artifact_profile import _busy
 
 
 def test_busy_is_the_union_of_kernel_intervals():

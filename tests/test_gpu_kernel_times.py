@@ -1,4 +1,4 @@
-"""tools/gpu_kernel_times.py launches day0's kernels without IREE: its launch tables must stay what
+"""tools/bench/gpu_kernel_times.py launches day0's kernels without IREE: its launch tables must stay what
 the passes dispatch (entry, grid, push constants, binding count) and what the PTX declares."""
 
 import ctypes
@@ -9,7 +9,7 @@ import torch
 
 from day0.passes import dsa_to_cuda_kernel, indexer_scores_to_cuda_kernel, mxfp4_to_cuda_matvec
 from day0.passes.extern_dispatch import kernel_ptx
-from day0.tools import cuda_launch, gpu_kernel_times as gkt
+from day0.tools.bench import cuda_launch, gpu_kernel_times as gkt
 
 PASSES = {gkt.INDEXER_PTX: indexer_scores_to_cuda_kernel, gkt.DSA_PTX: dsa_to_cuda_kernel,
           gkt.MXFP4_PTX: mxfp4_to_cuda_matvec, gkt.MXFP4_GEMM_PTX: mxfp4_to_cuda_matvec}

@@ -23,7 +23,7 @@ def _expected(reference, name):
 @pytest.mark.parametrize("name", DEEPSEEK)
 def test_selection_has_no_ties(name, reference):
     """The deepseek configs must not let a tie decide the indexer's selection."""
-    from day0.models.demo_checkpoint import selection_margin
+    from day0.tools.checkpoints.demo import selection_margin
 
     ref, ids, _ = _expected(reference, name)
     assert selection_margin(ref, ids[None]) > 1e-4
@@ -146,7 +146,7 @@ def test_first_turn_form_equals_general_prefill(name, checkpoint):
 def test_static_prefill_chunk_entry(artifact):
     """ds-tiles' artifact has the static-length prefill (the parity tests above run its prompts
     through it); artifacts without one, and models with a recurrent state, use dynamic prefill."""
-    from day0.lowering.build import BuildOptions, prefill_chunk
+    from day0.lowering.driver import BuildOptions, prefill_chunk
     from day0.models.deepseek_v32 import DeepseekV32
     from day0.models.kimi_linear import KimiLinear
     from day0.runtime.session import Session

@@ -41,7 +41,7 @@ def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
 @pytest.fixture(scope="module")
 def deepseek(tmp_path_factory):
     """A tiny deepseek_v32 checkpoint in several shards and its compressed-tensors quantization."""
-    from day0.models.demo_checkpoint import tiny_deepseek_v32_config, write_tiny_checkpoint
+    from day0.tools.checkpoints.demo import tiny_deepseek_v32_config, write_tiny_checkpoint
 
     work = tmp_path_factory.mktemp("quantize-ds")
     src = write_tiny_checkpoint(work / "src", tiny_deepseek_v32_config(hidden_size=64,

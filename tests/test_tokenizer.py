@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from day0.models.demo_checkpoint import DEMO_CONFIG, build_byte_tokenizer
+from day0.tools.checkpoints.demo import DEMO_CONFIG, build_byte_tokenizer
 from day0.runtime.tokenizer import REPLACEMENT, TokenizerError, load_tokenizer
 
 

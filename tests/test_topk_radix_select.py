@@ -32,7 +32,7 @@ def _cuda_device_present() -> bool:
 def test_radix_select_on_the_gpu_matches_a_stable_sort(tmp_path):
     import numpy as np
 
-    from day0.tools import gpu_topk_check
+    from day0.tools.bench import gpu_topk_check
 
     gpu_topk_check.build(tmp_path)
     for name in gpu_topk_check._cases(np.random.default_rng(0)):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    from day0.lowering.build import BuildError
+    from day0.lowering.driver import BuildError
     from day0.lowering.compile import CompileError
     from day0.models.checkpoint import CheckpointError
     from day0.models.config import ConfigError
@@ -26,7 +26,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 
 def cmd_compile(a) -> int:
-    from day0.lowering.build import BuildOptions, compile_checkpoint
+    from day0.lowering.driver import BuildOptions, compile_checkpoint
 
     opts = BuildOptions(target=a.target, max_seq_len=a.max_seq_len, dump_stages=a.dump_stages,
                         extra_flags=tuple(a.iree_flags), prefill_chunk=a.prefill_chunk,
@@ -83,8 +83,8 @@ def cmd_inspect(a) -> int:
 
 def cmd_demo(a) -> int:
     """Create the built-in demo checkpoint (seeded), compile it, generate from a text prompt."""
-    from day0.lowering.build import BuildOptions, compile_checkpoint
-    from day0.models.demo_checkpoint import ensure_demo_checkpoint
+    from day0.lowering.driver import BuildOptions, compile_checkpoint
+    from day0.tools.checkpoints.demo import ensure_demo_checkpoint
     from day0.runtime.session import Session
     from day0.runtime.tokenizer import load_tokenizer
 

@@ -1,13 +1,13 @@
 """`make bench-gpu`: the GPU benchmark, packaged on the compile machine and run on a GPU host that
 has PyTorch but neither IREE's compiler nor network access.
 
-    python -m day0.tools.bench_gpu package OUT [--config full|tiny] [--target cuda-sm90]
+    python -m day0.tools.bench.bench_gpu package OUT [--config full|tiny] [--target cuda-sm90]
         compile machine: OUT/ gets the vmfbs, bench.json (shapes), the day0 runtime sources the
         run needs and run.sh; `make bench-gpu` adds the iree-base-runtime wheel for the host.
-    sh OUT/run.sh                       (GPU host; = python -m day0.tools.bench_gpu run OUT)
+    sh OUT/run.sh                       (GPU host; = python -m day0.tools.bench.bench_gpu run OUT)
         generates the weights from a seed on the device, measures, prints a table last and
         writes OUT/results.json.
-    python -m day0.tools.bench_gpu plot results.json --out docs/   (PNG plots for docs/perf.md)
+    python -m day0.tools.bench.bench_gpu plot results.json --out docs/   (PNG plots for docs/perf.md)
 
 Pieces (GLM-5.3-Flash shapes in the `full` config):
   moe   one MXFP4 MoE decode step, 8 of 288 experts, hidden 4096, intermediate 2048: day0's
@@ -17,9 +17,9 @@ Pieces (GLM-5.3-Flash shapes in the `full` config):
         keys, top-2048, MQA of 64 heads over the selected 512-d latent rows; at T = 32K, 128K,
         1M. day0 (indexer + radix top-k + dsa-to-gather-tiles) vs PyTorch dense MQA over all T
         rows vs PyTorch eager sparse (the same steps in eager ops). Caches in bf16.
-  e2e   PERF.md's 4.9B deepseek_v32 end to end (tools/bench_e2e.py): decode ms per token and time
+  e2e   PERF.md's 4.9B deepseek_v32 end to end (tools/bench/bench_e2e.py): decode ms per token and time
         to first token at 1K and 4K, day0 with f32 and with bf16 caches vs transformers eager.
-  glm5  `make bench`'s small glm5_next (tools/bench_gpu_glm5.py): prefill and decode tokens/s, day0
+  glm5  `make bench`'s small glm5_next (tools/bench/bench_gpu_glm5.py): prefill and decode tokens/s, day0
         vs transformers eager on the GPU, with a teacher-forced check against it.
 Limit: the bytes a step must read ÷ the measured device copy bandwidth (read + write).
 
@@ -53,8 +53,8 @@ CONFIGS = {
 SEED = 0
 # day0 sources the GPU host needs (no compiler, no torch-mlir): the runtime, this file and the
 # piece modules `run` and `table` import whichever pieces a package holds.
-_SHIPPED = ["runtime/__init__.py", "runtime/vm.py", "tools/__init__.py", "tools/bench_gpu.py", "tools/timing.py",
-            "tools/bench_e2e.py", "tools/bench_gpu_glm5.py",
+_SHIPPED = ["runtime/__init__.py", "runtime/vm.py", "tools/__init__.py", "tools/bench/__init__.py", "tools/bench/bench_gpu.py", "tools/bench/timing.py",
+            "tools/bench/bench_e2e.py", "tools/bench/bench_gpu_glm5.py",
             "frontend/__init__.py", "frontend/ops.py", "models/__init__.py", "models/moe.py", "models/layers.py"]
 
 
@@ -154,7 +154,7 @@ E2E_GOALS_MS = {"decode_ms": 2.0, "ttft_ms": 100.0}  # at 4K context
 def package(out: Path, config: str, target: str, pieces=PIECES, cache: Path = Path(".cache/bench-gpu-ckpt")) -> None:
     import torch
 
-    from day0.tools import bench_e2e, bench_gpu_glm5
+    from day0.tools.bench import bench_e2e, bench_gpu_glm5
 
     from day0.passes.pipelines import RADIX_MIN_ROW, dsa_tile, kept_ops
 
@@ -185,7 +185,7 @@ def package(out: Path, config: str, target: str, pieces=PIECES, cache: Path = Pa
     (out / "bench.json").write_text(json.dumps({"config": config, "target": target, "seed": SEED, "shapes": cfg,
                                                 "pieces": list(pieces), "vmfbs": entries, "e2e": e2e,
                                                 "glm5": glm5}, indent=2))
-    src = Path(__file__).resolve().parent.parent
+    src = Path(__file__).resolve().parents[2]  # the day0 package root
     for rel in _SHIPPED:
         dst = out / "day0" / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
@@ -194,7 +194,7 @@ def package(out: Path, config: str, target: str, pieces=PIECES, cache: Path = Pa
         "#!/bin/sh\n# GPU host: needs python3 with torch (CUDA) and numpy; installs the IREE runtime wheel locally.\n"
         'cd "$(dirname "$0")" || exit 1\n'
         "python3 -m pip install -q --no-index --no-deps --target .site wheels/*.whl || exit 1\n"
-        'PYTHONPATH="$PWD/.site:$PWD" exec python3 -m day0.tools.bench_gpu run . "$@"\n')
+        'PYTHONPATH="$PWD/.site:$PWD" exec python3 -m day0.tools.bench.bench_gpu run . "$@"\n')
     print(f"wrote {out}")
 
 
@@ -238,7 +238,7 @@ def _graph_us(fn, reps: int = 20) -> float:
 
 
 def _wall_us(fn, reps: int = 30) -> float:
-    from day0.tools.timing import median_seconds
+    from day0.tools.bench.timing import median_seconds
 
     return median_seconds(fn, reps) * 1e6
 
@@ -381,7 +381,7 @@ def run_dsa(pkg: Path, spec: dict, T: int, dev: str, device: str, bw: float) -> 
 def run(pkg: Path, device: str, json_out: Path | None, pieces=PIECES) -> list[dict]:
     import torch
 
-    from day0.tools import bench_e2e, bench_gpu_glm5
+    from day0.tools.bench import bench_e2e, bench_gpu_glm5
 
     spec = json.loads((pkg / "bench.json").read_text())
     pieces = [p for p in pieces if p in spec.get("pieces", ("moe", "dsa"))]
@@ -410,7 +410,7 @@ def run(pkg: Path, device: str, json_out: Path | None, pieces=PIECES) -> list[di
 
 
 def table(results: list[dict]) -> str:
-    from day0.tools import bench_e2e, bench_gpu_glm5
+    from day0.tools.bench import bench_e2e, bench_gpu_glm5
 
     bw = results[0]
     lines = [f"device {bw['device']}, copy bandwidth {bw['copy_GBps']:.0f} GB/s (read + write)",
@@ -443,7 +443,7 @@ def plot(results_path: Path, out_dir: Path) -> list[Path]:
     """PNGs of the pieces present in results.json (bench_gpu_moe/dsa/e2e.png)."""
     import matplotlib
 
-    from day0.tools import bench_e2e
+    from day0.tools.bench import bench_e2e
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -2,7 +2,7 @@
 parameters, MXFP4 routed experts): the compiled artifact vs transformers eager (bf16) vs day0's own
 model run eagerly in PyTorch, on one device, on the same weights. Part of `make bench-gpu`.
 
-package (compile machine): writes the seeded checkpoint (tools/bench_checkpoint.py), compiles it
+package (compile machine): writes the seeded checkpoint (tools/bench/bench_checkpoint.py), compiles it
 for the target and puts the artifact directory into the benchmark package.
 run (GPU host): writes the same checkpoint from the same seed beside the package, then for each
 context C (a random prompt of C tokens):
@@ -39,15 +39,16 @@ SEED = 0
 SHORT = {"float32": "f32", "bfloat16": "bf16"}  # cache dtypes in tables and plots
 # day0 sources the e2e run needs on the host (the eager model and the runtime; no compiler)
 SHIPPED_DIRS = ["models", "runtime"]
-SHIPPED = ["frontend/__init__.py", "frontend/ops.py", "tools/bench_checkpoint.py", "tools/bench_e2e.py",
-           "tools/gpu_artifact_profile.py"]
+SHIPPED = ["frontend/__init__.py", "frontend/ops.py", "tools/bench/bench_checkpoint.py", "tools/bench/bench_e2e.py",
+           "tools/checkpoints/__init__.py", "tools/checkpoints/demo.py",
+           "tools/bench/gpu_artifact_profile.py"]
 
 
 def package(out: Path, config: str, target: str, cache: Path) -> dict:
     """Compile the benchmark checkpoint (written once under `cache`) into out/e2e/artifact-<cache
     dtype>, one artifact per cache dtype of the config."""
-    from day0.lowering.build import BuildOptions, compile_checkpoint
-    from day0.tools import bench_checkpoint
+    from day0.lowering.driver import BuildOptions, compile_checkpoint
+    from day0.tools.bench import bench_checkpoint
 
     s = SETTINGS[config]
     ckpt = bench_checkpoint.write(cache / f"ckpt-{s['checkpoint']}-{SEED}", s["checkpoint"], SEED)
@@ -62,7 +63,7 @@ def package(out: Path, config: str, target: str, cache: Path) -> dict:
 
 def ship_sources(out: Path, files) -> None:
     """Copy the day0 sources a model run on the host needs (models/, runtime/ and `files`) to out/day0."""
-    src = Path(__file__).resolve().parent.parent
+    src = Path(__file__).resolve().parents[2]  # the day0 package root
     for d in SHIPPED_DIRS:
         shutil.copytree(src / d, out / "day0" / d, dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns("__pycache__"))
@@ -250,7 +251,7 @@ def run(pkg: Path, spec: dict, device: str) -> dict:
     import numpy as np
     import torch
 
-    from day0.tools import bench_checkpoint
+    from day0.tools.bench import bench_checkpoint
 
     e = spec["e2e"]
     dev = "cuda" if device.startswith("cuda") else "cpu"

@@ -1,7 +1,7 @@
 """Where a compiled artifact's time goes on the GPU: torch.profiler (CUPTI) over IREE's kernels
 during one prefill and a few decode steps of a day0 artifact, grouped by kernel name.
 
-    python -m day0.tools.gpu_artifact_profile ARTIFACT --checkpoint CKPT [--prompt N] [--steps N]
+    python -m day0.tools.bench.gpu_artifact_profile ARTIFACT --checkpoint CKPT [--prompt N] [--steps N]
 
 GPU host only (torch with CUDA, the iree runtime wheel). Prints, per phase, the wall time, the
 kernel count and device time, the GPU's busy time within the span of its kernels (busy well below

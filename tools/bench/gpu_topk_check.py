@@ -1,15 +1,15 @@
 """Correctness and speed of day0's CUDA radix-select top-k (the `topk-to-radix-select` pass) on a
 GPU host, against PyTorch's torch.topk on the same GPU.
 
-    python -m day0.tools.gpu_topk_check build DIR            # compile machine: vmfbs per k
-    python -m day0.tools.gpu_topk_check run DIR --json F     # GPU host: numpy + iree runtime
-    python -m day0.tools.gpu_topk_check kernels PTX          # GPU host with torch: kernel times
-    python -m day0.tools.gpu_topk_check small PTX            # GPU host with torch: day0_topk_small
+    python -m day0.tools.bench.gpu_topk_check build DIR            # compile machine: vmfbs per k
+    python -m day0.tools.bench.gpu_topk_check run DIR --json F     # GPU host: numpy + iree runtime
+    python -m day0.tools.bench.gpu_topk_check kernels PTX          # GPU host with torch: kernel times
+    python -m day0.tools.bench.gpu_topk_check small PTX            # GPU host with torch: day0_topk_small
 
 Each k gets `topk_k{k}.vmfb` with topk(x: [T, N] f32) -> (values [T, k], indices [T, k] i32);
 `run` compares, case by case in child processes with a timeout, the selected set with the first
 k of a stable descending sort (ties: lower position) and the values with x at the indices.
-`kernels` launches the PTX's kernels through the CUDA driver on torch tensors (tools/cuda_launch.py)
+`kernels` launches the PTX's kernels through the CUDA driver on torch tensors (tools/bench/cuda_launch.py)
 and times them inside a CUDA graph (device time, no launch gaps), beside torch.topk timed the same way.
 `small` checks `day0_topk_small` output slot by slot (indices in position order, values, empty
 slots) on rows of 1 to 4224 keys with ties, signed zeros, NaN and infinities, and times the
@@ -139,11 +139,11 @@ def check_one(out: Path, name: str, device: str) -> dict:
 
 
 def kernel_times(ptx_path: Path, n: int, k: int, rows: int = 1, reps: int = 200) -> dict:
-    """Each kernel launched directly through the CUDA driver (tools/cuda_launch.py) on torch
+    """Each kernel launched directly through the CUDA driver (tools/bench/cuda_launch.py) on torch
     tensors and timed in a CUDA graph: the kernels' own device time, without IREE's per-call costs."""
     import torch
 
-    from day0.tools.cuda_launch import PtxModule, graph_us
+    from day0.tools.bench.cuda_launch import PtxModule, graph_us
 
     mod = PtxModule(ptx_path)
     segs = -(-n // 8192)
@@ -188,7 +188,7 @@ def run(out: Path, device: str, timeout: float) -> list[dict]:
     names = list(_cases(np.random.default_rng(0)))
     jobs = [("_check", n) for n in names]
     for mode, name in jobs:
-        cmd = [sys.executable, "-m", "day0.tools.gpu_topk_check", mode, str(out), name,
+        cmd = [sys.executable, "-m", "day0.tools.bench.gpu_topk_check", mode, str(out), name,
                "--device", device]
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -207,7 +207,7 @@ def small_rows(ptx_path: Path) -> list[dict]:
     position order, then (INT32_MAX, -inf) for the slots a row shorter than k leaves."""
     import torch
 
-    from day0.tools.cuda_launch import PtxModule, graph_us
+    from day0.tools.bench.cuda_launch import PtxModule, graph_us
 
     mod = PtxModule(ptx_path)
     rng = np.random.default_rng(0)

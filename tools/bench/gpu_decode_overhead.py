@@ -2,7 +2,7 @@
 invocation with every argument already on the device, and the logits read-back, under IREE's
 CUDA stream and graph command-buffer modes.
 
-    python -m day0.tools.gpu_decode_overhead ARTIFACT --checkpoint DIR [--cuda-graphs] [--json F]
+    python -m day0.tools.bench.gpu_decode_overhead ARTIFACT --checkpoint DIR [--cuda-graphs] [--json F]
 
 Runs with numpy and iree-base-runtime only. The state is left as the prefill made it; every timed
 step decodes at the same position, so the numbers are per-step costs, not a generation.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from day0.tools.timing import median_seconds
+from day0.tools.bench.timing import median_seconds
 
 
 def _median_us(fn, reps: int) -> float:

@@ -72,7 +72,7 @@ def write_tiny_gpt_oss_checkpoint(path, config_overrides: dict | None = None, se
     experts are stored MXFP4-quantized in the gpt-oss layout (see the module docstring)."""
     from transformers import GptOssForCausalLM
 
-    from day0.models.demo_checkpoint import seeded_model
+    from day0.tools.checkpoints.demo import seeded_model
     from day0.models.quantize import quantize_checkpoint
 
     path = Path(path)

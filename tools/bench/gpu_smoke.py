@@ -1,6 +1,6 @@
 """GPU host check of a cuda-sm90 artifact: correctness against logits recorded on the CPU, then
 decode and prefill timings. Runs with only numpy and iree-base-runtime installed (no torch, no
-compiler): `python -m day0.tools.gpu_smoke ARTIFACT --checkpoint DIR --expected expected.npz`.
+compiler): `python -m day0.tools.bench.gpu_smoke ARTIFACT --checkpoint DIR --expected expected.npz`.
 
 expected.npz (written on the compile machine by `--record`) holds the prompt `ids` and the
 teacher-forced logits `prefill` [P, V] and `decode` [D, V] of the CPU artifact.
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from day0.tools.timing import median_seconds
+from day0.tools.bench.timing import median_seconds
 
 
 def teacher_forced(session, ids: np.ndarray, prompt: int) -> tuple[np.ndarray, np.ndarray]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from day0.tools.timing import median_seconds
+from day0.tools.bench.timing import median_seconds
 
 
 
@@ -121,8 +121,8 @@ def arguments(prog: str, workdir: str, prompt_len: int, decode_steps: int, repea
 
 
 def main(argv=None) -> int:
-    from day0.lowering.build import BuildOptions, compile_checkpoint
-    from day0.models.demo_checkpoint import ensure_demo_checkpoint
+    from day0.lowering.driver import BuildOptions, compile_checkpoint
+    from day0.tools.checkpoints.demo import ensure_demo_checkpoint
 
     p = arguments("day0-bench", ".cache/bench", 128, 64, 5)
     p.add_argument("--devices", nargs="+", default=["local-task", "local-sync"])

@@ -1,4 +1,4 @@
-"""`python -m day0.tools.bench_memory`: memory of an MXFP4 deepseek_v32 checkpoint through day0.
+"""`python -m day0.tools.bench.bench_memory`: memory of an MXFP4 deepseek_v32 checkpoint through day0.
 
 Builds (seeded, once) a deepseek_v32 checkpoint whose routed experts dominate its size, quantizes
 them with `day0 quantize --layout compressed-tensors`, then measures in fresh processes:
@@ -52,7 +52,7 @@ def _peak_rss_of(cmd: list[str]) -> tuple[int, str]:
 
 def main(argv=None) -> int:
     from day0.models.checkpoint import Checkpoint
-    from day0.models.demo_checkpoint import tiny_deepseek_v32_config, write_tiny_checkpoint
+    from day0.tools.checkpoints.demo import tiny_deepseek_v32_config, write_tiny_checkpoint
     from day0.models.quantize import quantize_checkpoint
 
     p = argparse.ArgumentParser(prog="day0-bench-memory")
@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     if not packed.exists():
         # In a child: building the model here would leave this process large, and children forked
         # from a large process report its size as their own peak (ru_maxrss survives exec).
-        subprocess.run([sys.executable, "-m", "day0.tools.bench_memory", "--workdir", str(work),
+        subprocess.run([sys.executable, "-m", "day0.tools.bench.bench_memory", "--workdir", str(work),
                         "--make-checkpoint"], check=True)
     ckpt = Checkpoint.open(packed)
     expert_bytes = sum(t.nbytes for n, t in ckpt.tensors.items() if ".mlp.experts." in n)

@@ -65,7 +65,7 @@ def write_tiny_kimi_linear_checkpoint(path, config_overrides: dict | None = None
     """Write a random KimiLinearForCausalLM (float32) to the directory `path`."""
     from transformers import KimiLinearForCausalLM
 
-    from day0.models.demo_checkpoint import seeded_model
+    from day0.tools.checkpoints.demo import seeded_model
 
     path = Path(path)
     model = seeded_model(KimiLinearForCausalLM, tiny_kimi_linear_config(**(config_overrides or {})), seed, _tweak)

@@ -2,8 +2,8 @@
 step, each exported alone with a dynamic sequence length, run through each target's forms of
 day0's passes (the CUDA kernels on the GPU), compiled for `llvm-cpu` and for the GPU target.
 
-    python -m day0.tools.gpu_op_check build DIR [--target cuda-sm90]   # here: vmfbs + CPU outputs
-    python -m day0.tools.gpu_op_check run DIR [--device cuda]          # GPU host: numpy + iree runtime
+    python -m day0.tools.bench.gpu_op_check build DIR [--target cuda-sm90]   # here: vmfbs + CPU outputs
+    python -m day0.tools.bench.gpu_op_check run DIR [--device cuda]          # GPU host: numpy + iree runtime
 
 `run` executes each case in a child process with a timeout (a device fault must not hang the
 whole check) and prints one line per case: max relative error against the CPU, or the failure.
@@ -120,7 +120,7 @@ def run(out: Path, device: str, timeout: float, save_dir: str | None = None) -> 
     results = []
     for name in json.loads((out / "cases.json").read_text()):
         try:
-            cmd = [sys.executable, "-m", "day0.tools.gpu_op_check", "_one", str(out), name, "--device", device]
+            cmd = [sys.executable, "-m", "day0.tools.bench.gpu_op_check", "_one", str(out), name, "--device", device]
             if save_dir:
                 cmd += ["--save", save_dir]
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)

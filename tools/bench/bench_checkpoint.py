@@ -10,10 +10,10 @@ the writer streams one tensor at a time (memory: one chunk, not the checkpoint).
 Values: 2-D float weights N(0, 0.02) in bf16 (what transformers' init draws); 1-D float tensors
 (norm weights, biases) 1 and 0 in f32; MXFP4 codes uniform bytes with scale exponents 2^-8..2^-6
 (element std about 0.02). The indexer and router get the demo checkpoint's tie breakers
-(models/demo_checkpoint.py): without them ReLU-zero indexer scores and equal router scores tie, and
+(tools/checkpoints/demo.py): without them ReLU-zero indexer scores and equal router scores tie, and
 which tied position wins is an implementation detail that would decide the comparisons.
 
-    python -m day0.tools.bench_checkpoint OUT [--config e2e|tiny] [--seed 0]
+    python -m day0.tools.bench.bench_checkpoint OUT [--config e2e|tiny] [--seed 0]
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def _generate(name: str, index: int, shape, kind: str, seed: int, fh) -> None:
     """Write the tensor's bytes to fh, chunk by chunk."""
     import ml_dtypes
 
-    from day0.models.demo_checkpoint import INDEXER_K_NORM_BIAS, INDEXER_WEIGHT_SCALE, ROUTER_BIAS_STD
+    from day0.tools.checkpoints.demo import INDEXER_K_NORM_BIAS, INDEXER_WEIGHT_SCALE, ROUTER_BIAS_STD
 
     rng = np.random.default_rng([seed, index])
     n = int(np.prod(shape))

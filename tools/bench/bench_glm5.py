@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from day0.models.glm5_next_checkpoint import BENCH_SMALL
-from day0.tools.bench import arguments, bench_day0, time_transformers
+from day0.tools.checkpoints.glm5_next import BENCH_SMALL
+from day0.tools.bench.bench_demo import arguments, bench_day0, time_transformers
 
 MAX_SEQ_LEN = 512
 
@@ -27,8 +27,8 @@ def bench_transformers(checkpoint: Path, prompt: np.ndarray, steps: int, repeats
 
 
 def main(argv=None) -> int:
-    from day0.lowering.build import BuildOptions, compile_checkpoint
-    from day0.models.glm5_next_checkpoint import write_tiny_glm5_next_checkpoint
+    from day0.lowering.driver import BuildOptions, compile_checkpoint
+    from day0.tools.checkpoints.glm5_next import write_tiny_glm5_next_checkpoint
 
     a = arguments("day0-bench-glm5", ".cache/bench-glm5", 256, 32, 3).parse_args(argv)
 

@@ -1,4 +1,4 @@
-"""`python -m day0.tools.bench_mxfp4`: the MXFP4 expert matmul on this CPU, side by side.
+"""`python -m day0.tools.bench.bench_mxfp4`: the MXFP4 expert matmul on this CPU, side by side.
 
 For each shape [N, K] (weight) and row count M:
   fused     day0: fuse-mxfp4-matmul's fused form (M static; the decode form at M = 1)
@@ -22,7 +22,7 @@ import torch
 
 import day0.frontend.ops  # noqa: F401  (registers torch.ops.day0.*)
 from day0.frontend.ops import mxfp4_dequantize
-from day0.tools.timing import median_seconds
+from day0.tools.bench.timing import median_seconds
 
 
 
@@ -85,7 +85,7 @@ def bench_shape(N: int, K: int, M: int, repeats: int, work: Path, bandwidth: flo
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m day0.tools.bench_mxfp4", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m day0.tools.bench.bench_mxfp4", description=__doc__.split("\n")[0])
     ap.add_argument("--shapes", default="2048x4096,4096x2048", help="N x K weight shapes, comma separated")
     ap.add_argument("--rows", default="1,32", help="M values, comma separated")
     ap.add_argument("--repeats", type=int, default=20)

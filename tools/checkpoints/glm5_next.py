@@ -7,7 +7,7 @@ Random init is tweaked so that every feature matters and no selection hangs on a
 initializer_range 0.1 (0.02 leaves the logits nearly flat); a random MoE e_score_correction_bias
 (transformers zeroes it); random gated-norm weights; random k-pool compression (transformers'
 zeros/ones make every pool a plain mean); random mHC base and scale (zeros/ones); and the DSA
-indexer tweaks of models/demo_checkpoint.py: a positive LayerNorm bias on the indexer keys and
+indexer tweaks of tools/checkpoints/demo.py: a positive LayerNorm bias on the indexer keys and
 larger query/weight projections, so pool scores are away from the ReLU kink and well apart.
 `pool_selection_margin` measures the smallest top-k gap of the pool scores on a sequence.
 """
@@ -51,7 +51,7 @@ TINY_TEXT: dict = dict(
     bos_token_id=None,
     eos_token_id=None,
 )
-# The small model of `make bench` and `make bench-gpu` (tools/bench_glm5.py, tools/bench_gpu_glm5.py):
+# The small model of `make bench` and `make bench-gpu` (tools/bench/bench_glm5.py, tools/bench/bench_gpu_glm5.py):
 # 4 layers (KDA, DSA full, DSA shared, KDA), hidden 256, 16 experts top-4, k-pool 8, top-64.
 BENCH_SMALL: dict = dict(vocab_size=1024, hidden_size=256, intermediate_size=512, moe_intermediate_size=256,
                          num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=8, q_lora_rank=128,
@@ -102,7 +102,7 @@ def write_tiny_glm5_next_checkpoint(path, config_overrides: dict | None = None, 
     """Write a random Glm5NextForConditionalGeneration (float32) to the directory `path`."""
     from transformers import Glm5NextForConditionalGeneration
 
-    from day0.models.demo_checkpoint import seeded_model
+    from day0.tools.checkpoints.demo import seeded_model
 
     path = Path(path)
     model = seeded_model(Glm5NextForConditionalGeneration, tiny_glm5_next_config(**(config_overrides or {})),

@@ -1,4 +1,4 @@
-"""`make bench-gpu`, piece `glm5`: the small glm5_next model of `make bench` (models/glm5_next_checkpoint.BENCH_SMALL:
+"""`make bench-gpu`, piece `glm5`: the small glm5_next model of `make bench` (tools/checkpoints/glm5_next.BENCH_SMALL:
 KDA, DSA with the k-pool indexer and a shared-indexer layer, mHC streams, MoE) compiled for the
 GPU and run there against transformers eager (Glm5NextForConditionalGeneration, text only,
 float32) on the same device and the same weights. Issue 5's GPU row.
@@ -25,20 +25,21 @@ SETTINGS = {
     "tiny": {"prompt_len": 20, "decode_steps": 4, "check_steps": 4, "repeats": 1, "max_seq_len": 32},
 }
 SEED = 0
-SHIPPED = ["frontend/__init__.py", "frontend/ops.py", "tools/bench_gpu_glm5.py"]
+SHIPPED = ["frontend/__init__.py", "frontend/ops.py", "tools/bench/bench_gpu_glm5.py", "tools/checkpoints/__init__.py",
+           "tools/checkpoints/demo.py", "tools/checkpoints/glm5_next.py"]
 
 
 def model_config(config: str) -> dict:
     """The glm5_next config overrides: `make bench`'s small model in `full`, the test defaults in `tiny`."""
-    from day0.models.glm5_next_checkpoint import BENCH_SMALL
+    from day0.tools.checkpoints.glm5_next import BENCH_SMALL
 
     return dict(BENCH_SMALL) if config == "full" else {}
 
 
 def package(out: Path, config: str, target: str, cache: Path) -> dict:
-    from day0.lowering.build import BuildOptions, compile_checkpoint
-    from day0.models.glm5_next_checkpoint import write_tiny_glm5_next_checkpoint
-    from day0.tools import bench_e2e
+    from day0.lowering.driver import BuildOptions, compile_checkpoint
+    from day0.tools.checkpoints.glm5_next import write_tiny_glm5_next_checkpoint
+    from day0.tools.bench import bench_e2e
 
     s = SETTINGS[config]
     ckpt = cache / f"ckpt-glm5-{config}-{SEED}"
@@ -54,7 +55,7 @@ def package(out: Path, config: str, target: str, cache: Path) -> dict:
 
 def _time_day0(art: Path, ckpt: Path, device: str, prompt, forced, s: dict) -> dict:
     from day0.runtime.session import Session
-    from day0.tools.bench_e2e import time_session
+    from day0.tools.bench.bench_e2e import time_session
 
     sess = Session.load(art, device=device, verify=False, checkpoint_dir=ckpt)
     return {**time_session(sess, prompt, forced, s["repeats"], s["decode_steps"], warmup=1),
@@ -104,8 +105,8 @@ def run(pkg: Path, spec: dict, device: str) -> dict:
     import numpy as np
     import torch
 
-    from day0.models.glm5_next_checkpoint import write_tiny_glm5_next_checkpoint
-    from day0.tools.bench_e2e import compare
+    from day0.tools.checkpoints.glm5_next import write_tiny_glm5_next_checkpoint
+    from day0.tools.bench.bench_e2e import compare
 
     s = spec["glm5"]
     dev = "cuda" if device.startswith("cuda") else "cpu"

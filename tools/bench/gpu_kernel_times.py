@@ -1,10 +1,10 @@
 """Device time of each of day0's hand-written CUDA kernels alone, at the benchmark shapes (those of
-tools/bench_gpu.py's `full` config), beside its bandwidth limit. GPU host with PyTorch:
+tools/bench/bench_gpu.py's `full` config), beside its bandwidth limit. GPU host with PyTorch:
 
-    python -m day0.tools.gpu_kernel_times [PTX_DIR] [--json OUT] [--pieces indexer,dsa,moe,moe_gemm,topk]
+    python -m day0.tools.bench.gpu_kernel_times [PTX_DIR] [--json OUT] [--pieces indexer,dsa,moe,moe_gemm,topk]
 
 PTX_DIR holds the committed *.sm_90.ptx (default: this package's lowering/kernels/). Every
-kernel is launched through the CUDA driver (tools/cuda_launch.py) with exactly the grid, buffers
+kernel is launched through the CUDA driver (tools/bench/cuda_launch.py) with exactly the grid, buffers
 and push constants its pass dispatches (tests/test_gpu_kernel_times.py checks the tables below
 against the passes' own dispatch text and the PTX entries), inside a CUDA graph; a time is the
 median over graph replays of µs per launch. Rounds rotate among copies of the inputs so that a
@@ -34,7 +34,7 @@ Pieces:
            x [4096, 1024], experts [4096, 1], N = 2048). Expert choices: random top-8 per token,
            skewed (half the rows on one expert), and T = 3 with invalid ids (-1, E: zero rows);
            each checked against a float64 reference (max error ÷ max |reference| < 1e-5).
-  topk     the radix top-k (k = 2048) over rows of T (tools/gpu_topk_check.py's kernel timing).
+  topk     the radix top-k (k = 2048) over rows of T (tools/bench/gpu_topk_check.py's kernel timing).
 Limit: the bytes a launch must move (reads + writes) ÷ 4248 GB/s.
 """
 
@@ -174,7 +174,7 @@ def moe_gemm_shapes() -> dict[str, tuple[int, int, int, int]]:
 
 class Runner:
     def __init__(self, ptx_dir: Path):
-        from day0.tools.cuda_launch import PtxModule
+        from day0.tools.bench.cuda_launch import PtxModule
 
         self.ptx_dir = ptx_dir
         self._mods: dict[str, PtxModule] = {}
@@ -193,7 +193,7 @@ def _copies(nbytes: int, most: int = 16) -> int:
 
 def _time(run: Runner, launches_of_copy, copies: int) -> tuple[float, float]:
     """(cold µs, hot µs) of one round: launches_of_copy(i) -> [(launch, tensors), ...]."""
-    from day0.tools.cuda_launch import graph_us
+    from day0.tools.bench.cuda_launch import graph_us
 
     def fns(i):
         return [lambda l=l, t=t: run(l, t) for l, t in launches_of_copy(i)]
@@ -550,7 +550,7 @@ def bench_moe_gemm(run: Runner) -> list[dict]:
 
 
 def bench_topk(ptx_dir: Path, T: int) -> dict:
-    from day0.tools.gpu_topk_check import kernel_times
+    from day0.tools.bench.gpu_topk_check import kernel_times
 
     res = {"piece": "topk", **kernel_times(ptx_dir / TOPK_PTX, T, INDEXER["top_k"])}
     res.update(_limit(T * 4 + INDEXER["top_k"] * 8, res["all_us"]))
@@ -582,7 +582,7 @@ def _table(results: list[dict]) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="day0-gpu-kernel-times")
-    p.add_argument("ptx_dir", nargs="?", default=str(Path(__file__).resolve().parent.parent / "lowering" / "kernels"))
+    p.add_argument("ptx_dir", nargs="?", default=str(Path(__file__).resolve().parents[2] / "lowering" / "kernels"))
     p.add_argument("--json", default=None)
     p.add_argument("--pieces", default="indexer,dsa,moe,moe_gemm,topk")
     p.add_argument("--contexts", default=",".join(map(str, CONTEXTS)))
