@@ -40,7 +40,7 @@ SHORT = {"float32": "f32", "bfloat16": "bf16"}  # cache dtypes in tables and plo
 # day0 sources the e2e run needs on the host (the eager model and the runtime; no compiler)
 SHIPPED_DIRS = ["models", "runtime"]
 SHIPPED = ["frontend/__init__.py", "frontend/ops.py", "tools/bench/bench_checkpoint.py", "tools/bench/bench_e2e.py",
-           "tools/checkpoints/__init__.py", "tools/checkpoints/demo.py",
+           "tools/checkpoints/__init__.py", "tools/checkpoints/common.py", "tools/checkpoints/demo.py",
            "tools/bench/gpu_artifact_profile.py"]
 
 

@@ -26,7 +26,7 @@ SETTINGS = {
 }
 SEED = 0
 SHIPPED = ["frontend/__init__.py", "frontend/ops.py", "tools/bench/bench_gpu_glm5.py", "tools/checkpoints/__init__.py",
-           "tools/checkpoints/demo.py", "tools/checkpoints/glm5_next.py"]
+           "tools/checkpoints/common.py", "tools/checkpoints/demo.py", "tools/checkpoints/glm5_next.py"]
 
 
 def model_config(config: str) -> dict:

@@ -44,6 +44,7 @@ from pathlib import Path
 import torch
 
 from day0.runtime.files import make_readable
+from day0.tools.checkpoints.common import float32_config, write_seeded
 
 # Bump when anything that changes the written bytes changes (config, tweaks, tokenizer).
 DEMO_VERSION = 1
@@ -100,10 +101,7 @@ def tiny_deepseek_v32_config(**overrides):
     """A DeepseekV32Config from DEMO_CONFIG with `overrides` applied (float32)."""
     from transformers import DeepseekV32Config
 
-    fields = {**DEMO_CONFIG, **overrides}
-    config = DeepseekV32Config(**fields)
-    config.dtype = torch.float32
-    return config
+    return float32_config(DeepseekV32Config, **{**DEMO_CONFIG, **overrides})
 
 
 @torch.no_grad()
@@ -160,26 +158,14 @@ def build_byte_tokenizer(vocab_size: int):
     return tok
 
 
-def seeded_model(model_cls, config, seed: int, tweak):
-    """`model_cls(config)` in float32 and eval mode, initialized from `seed`, then `tweak(model)`
-    (the init changes a tiny checkpoint needs), leaving the caller's RNG state alone."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = model_cls(config).to(torch.float32).eval()
-        tweak(model)
-    return model
-
-
 def write_tiny_checkpoint(path, config, seed: int, max_shard_size=None, tokenizer: bool = True) -> Path:
     """Write a random `DeepseekV32ForCausalLM(config)` (float32, tie-breaking tweaks applied)
     to the directory `path` with `save_pretrained` (safetensors). `max_shard_size` None = one
     shard; `tokenizer` adds a byte-level tokenizer.json. Not atomic: see ensure_demo_checkpoint."""
     from transformers import DeepseekV32ForCausalLM
 
-    path = Path(path)
-    model = seeded_model(DeepseekV32ForCausalLM, config, seed, _break_ties)
     kwargs = {} if max_shard_size is None else {"max_shard_size": max_shard_size}
-    model.save_pretrained(path, safe_serialization=True, **kwargs)
+    path = write_seeded(path, DeepseekV32ForCausalLM, config, seed, _break_ties, **kwargs)
     if tokenizer:
         build_byte_tokenizer(config.vocab_size).save(str(path / "tokenizer.json"), pretty=True)
     return path
@@ -241,7 +227,6 @@ def ensure_demo_checkpoint(path) -> Path:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return path
-
 
 
 def _demo_model_param_shapes():

@@ -18,6 +18,9 @@ from pathlib import Path
 
 import torch
 
+from day0.tools.checkpoints.common import float32_config, write_seeded
+from day0.tools.checkpoints.demo import INDEXER_K_NORM_BIAS, INDEXER_WEIGHT_SCALE
+
 TINY_TEXT: dict = dict(
     vocab_size=128,
     hidden_size=32,
@@ -64,8 +67,6 @@ BENCH_SMALL: dict = dict(vocab_size=1024, hidden_size=256, intermediate_size=512
 TINY_VISION: dict = dict(depth=1, hidden_size=16, num_heads=2, intermediate_size=32, out_hidden_size=32,
                          projection_intermediate_size=32)
 
-INDEXER_K_NORM_BIAS = 0.75
-INDEXER_WEIGHT_SCALE = 4.0
 ROUTER_BIAS_STD = 0.05
 NORM_STD = 0.2
 
@@ -73,9 +74,7 @@ NORM_STD = 0.2
 def tiny_glm5_next_config(**overrides):
     from transformers import Glm5NextConfig
 
-    config = Glm5NextConfig(text_config={**TINY_TEXT, **overrides}, vision_config=TINY_VISION)
-    config.dtype = torch.float32
-    return config
+    return float32_config(Glm5NextConfig, text_config={**TINY_TEXT, **overrides}, vision_config=TINY_VISION)
 
 
 @torch.no_grad()
@@ -102,13 +101,8 @@ def write_tiny_glm5_next_checkpoint(path, config_overrides: dict | None = None, 
     """Write a random Glm5NextForConditionalGeneration (float32) to the directory `path`."""
     from transformers import Glm5NextForConditionalGeneration
 
-    from day0.tools.checkpoints.demo import seeded_model
-
-    path = Path(path)
-    model = seeded_model(Glm5NextForConditionalGeneration, tiny_glm5_next_config(**(config_overrides or {})),
-                         seed, _tweak)
-    model.save_pretrained(path, safe_serialization=True)
-    return path
+    config = tiny_glm5_next_config(**(config_overrides or {}))
+    return write_seeded(path, Glm5NextForConditionalGeneration, config, seed, _tweak)
 
 
 @torch.no_grad()

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import torch
 
+from day0.tools.checkpoints.common import float32_config, write_seeded
+
 TINY_CONFIG: dict = dict(
     vocab_size=128,
     hidden_size=64,
@@ -50,9 +52,7 @@ def tiny_gpt_oss_config(**overrides):
     """A GptOssConfig from TINY_CONFIG with `overrides` applied (float32)."""
     from transformers import GptOssConfig
 
-    config = GptOssConfig(**{**TINY_CONFIG, **overrides})
-    config.dtype = torch.float32
-    return config
+    return float32_config(GptOssConfig, **{**TINY_CONFIG, **overrides})
 
 
 @torch.no_grad()
@@ -72,16 +72,14 @@ def write_tiny_gpt_oss_checkpoint(path, config_overrides: dict | None = None, se
     experts are stored MXFP4-quantized in the gpt-oss layout (see the module docstring)."""
     from transformers import GptOssForCausalLM
 
-    from day0.tools.checkpoints.demo import seeded_model
     from day0.models.quantize import quantize_checkpoint
 
-    path = Path(path)
-    model = seeded_model(GptOssForCausalLM, tiny_gpt_oss_config(**(config_overrides or {})), seed, _tweak)
+    config = tiny_gpt_oss_config(**(config_overrides or {}))
     if not mxfp4:
-        model.save_pretrained(path, safe_serialization=True)
-        return path
+        return write_seeded(path, GptOssForCausalLM, config, seed, _tweak)
+    path = Path(path)
     with tempfile.TemporaryDirectory(prefix="gpt-oss-bf16-") as tmp:
-        model.save_pretrained(tmp, safe_serialization=True)
+        write_seeded(tmp, GptOssForCausalLM, config, seed, _tweak)
         quantize_checkpoint(tmp, path, layout="gpt-oss")
     return path
 

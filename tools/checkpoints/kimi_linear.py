@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+from day0.tools.checkpoints.common import float32_config, write_seeded
+
 TINY_CONFIG: dict = dict(
     vocab_size=128,
     hidden_size=32,
@@ -46,9 +48,7 @@ def tiny_kimi_linear_config(**overrides):
     """A KimiLinearConfig from TINY_CONFIG with `overrides` applied (float32)."""
     from transformers import KimiLinearConfig
 
-    config = KimiLinearConfig(**{**TINY_CONFIG, **overrides})
-    config.dtype = torch.float32
-    return config
+    return float32_config(KimiLinearConfig, **{**TINY_CONFIG, **overrides})
 
 
 @torch.no_grad()
@@ -65,9 +65,5 @@ def write_tiny_kimi_linear_checkpoint(path, config_overrides: dict | None = None
     """Write a random KimiLinearForCausalLM (float32) to the directory `path`."""
     from transformers import KimiLinearForCausalLM
 
-    from day0.tools.checkpoints.demo import seeded_model
-
-    path = Path(path)
-    model = seeded_model(KimiLinearForCausalLM, tiny_kimi_linear_config(**(config_overrides or {})), seed, _tweak)
-    model.save_pretrained(path, safe_serialization=True)
-    return path
+    config = tiny_kimi_linear_config(**(config_overrides or {}))
+    return write_seeded(path, KimiLinearForCausalLM, config, seed, _tweak)
