@@ -32,7 +32,7 @@ MLIRError = ir.MLIRError
 
 
 def new_context() -> Context:
-    """A context with every dialect IREE knows (torch included) and unregistered ops allowed off."""
+    """A context with every dialect IREE knows (torch included); unregistered dialects are refused."""
     ctx = Context()
     ctx.allow_unregistered_dialects = False
     return ctx

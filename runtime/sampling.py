@@ -45,7 +45,7 @@ def probabilities(logits: np.ndarray, temperature: float, top_k: int = 0, top_p:
     # Shift before dividing: logits / 1e-30 would overflow, (logits - max) / 1e-30 only underflows.
     z = (x - x.max()) / temperature
     if not top_k and top_p >= 1.0:
-        p = np.exp(z)  # no filtering: no sort (a 129K vocab sorts in ~10 ms)
+        p = np.exp(z)  # no filtering, so no sort (its cost: docs/perf.md, 'Sampling on the host')
         return p / p.sum()
     order = np.argsort(-z, kind="stable")  # most likely first, lower id first among equals
     if top_k:

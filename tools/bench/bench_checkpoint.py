@@ -1,6 +1,7 @@
-"""The end-to-end benchmark checkpoint: PERF.md's `deepseek_v32` configuration (4.9B parameters,
-64 routed experts top-8 in MXFP4, compressed-tensors layout) with random weights generated from a
-seed, byte for byte the same on every machine.
+"""The end-to-end benchmark checkpoint: a `deepseek_v32` configuration of 4.9B parameters (64 routed
+experts top-8 in MXFP4, compressed-tensors layout; results in docs/perf.md, section 'End to end: the
+4.9B `deepseek_v32` benchmark model') with random weights generated from a seed, byte for byte the
+same on every machine.
 
 The compile machine writes it to compile against (the artifact records the shards' hashes); the
 GPU host, which cannot receive gigabytes, writes the same bytes from the same seed. Every tensor
@@ -28,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-# PERF.md's benchmark model; transformers' defaults for everything it does not name.
+# The e2e benchmark model; transformers' defaults for everything it does not name.
 CONFIGS = {
     "e2e": dict(vocab_size=32000, hidden_size=2048, num_hidden_layers=12, num_attention_heads=16,
                 num_key_value_heads=16, q_lora_rank=768, kv_lora_rank=512, qk_nope_head_dim=128,

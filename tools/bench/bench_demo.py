@@ -1,8 +1,9 @@
 """`make bench`: the demo model on this CPU, day0's compiled artifact vs transformers eager on the
 same checkpoint, side by side in one run. Prints a table and writes JSON.
 
-Timings are medians of repeated runs after a warm-up; decode is measured as steady-state steps at
-a fixed context (greedy, one token per step, logits read back each step as `Session.decode` does).
+Timings are medians of repeated runs after a warm-up; decode is timed over the steps after the
+prompt (one token per step, taken from the prompt in turn; the logits are read back each step as
+`Session.decode` does). Results: docs/perf.md, section 'CPU, demo deepseek_v32'.
 """
 
 import argparse
@@ -17,8 +18,6 @@ import numpy as np
 import torch
 
 from day0.tools.bench.timing import median_seconds
-
-
 
 
 def bench_day0(artifact: Path, prompt: np.ndarray, steps: int, repeats: int, device: str) -> dict:

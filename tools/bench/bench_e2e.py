@@ -1,9 +1,11 @@
-"""End-to-end decode and time to first token of PERF.md's benchmark `deepseek_v32` model (4.9B
-parameters, MXFP4 routed experts): the compiled artifact vs transformers eager (bf16) vs day0's own
-model run eagerly in PyTorch, on one device, on the same weights. Part of `make bench-gpu`.
+"""End-to-end decode and time to first token of the benchmark `deepseek_v32` model (4.9B parameters,
+MXFP4 routed experts; tools/bench/bench_checkpoint.py): the compiled artifact vs transformers eager
+(bf16) vs day0's own model run eagerly in PyTorch, on one device, on the same weights. Part of
+`make bench-gpu`; results in docs/perf.md, section 'End to end: the 4.9B `deepseek_v32` benchmark model'.
 
 package (compile machine): writes the seeded checkpoint (tools/bench/bench_checkpoint.py), compiles it
-for the target and puts the artifact directory into the benchmark package.
+for the target, once per cache dtype of the config, and puts the artifact directories into the
+benchmark package.
 run (GPU host): writes the same checkpoint from the same seed beside the package, then for each
 context C (a random prompt of C tokens):
   TTFT    the prompt's prefill up to the greedy first token in host memory (day0: `prefill_greedy`,

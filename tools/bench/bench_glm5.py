@@ -4,7 +4,8 @@ checkpoint, prefill and decode tokens/s side by side in one run. Goal (issue 5):
 
 The model: 4 layers (KDA, DSA full indexer, DSA shared indexer, KDA), hidden 256, 8 heads,
 16 experts top-4 + 1 shared, k-pool 8, top-64 tokens, 2 residual streams; random weights from the
-tiny-checkpoint writer (tie-free selections), prompt 256 tokens, then greedy-length decode steps.
+tiny-checkpoint writer (tie-free selections), prompt 256 tokens, then 32 decode steps (the
+defaults). Results: docs/perf.md, section 'CPU, glm5_next small'.
 """
 
 import json

@@ -1,9 +1,11 @@
 """The bf16 tensor-core kernels inside IREE, at the model's shapes, against PyTorch references:
-the exact op contract (f32 math on the widened bf16 values) and the kernel's documented roundings
-(the indexer's scaled query rounded to bf16; the attention's P rounded to bf16 for P·V).
+the exact op contract (f32 math on the widened bf16 values) and a rounded one, where one operand
+goes through bf16 once: the indexer's scaled query, the attention's P for P·V. The kernels enter
+both as two bf16 terms, hi + lo (passes/indexer_scores_to_cuda_kernel.py, passes/dsa_to_cuda_kernel.py),
+so they should lie nearer the exact reference than the rounded one.
 
-    python -m day0.tools.gpu_bf16_check build DIR     # here: cuda-sm90 vmfbs + inputs + references
-    python -m day0.tools.gpu_bf16_check run DIR       # GPU host: numpy, ml_dtypes, iree runtime
+    python -m day0.tools.bench.gpu_bf16_check build DIR   # here: cuda-sm90 vmfbs + inputs + references
+    python -m day0.tools.bench.gpu_bf16_check run DIR     # GPU host: numpy, ml_dtypes, iree runtime
 
 Inputs are f32 and each case rounds them to bf16 inside the module (as the model writes its
 caches), so no bf16 array crosses the runtime boundary. One JSON line per case: max |Δ| ÷ max
@@ -53,7 +55,7 @@ def _cases():
 
 
 def _references(name, args, scale):
-    """(exact, kernel-rounding) references in f32 numpy. The attention's result is f32 (the op's
+    """(exact, rounded) references in f32 numpy (module docstring). The attention's result is f32 (the op's
     contract for bf16 q and kv too): no final bf16 rounding in either reference."""
     import torch
 

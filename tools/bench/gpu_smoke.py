@@ -57,7 +57,6 @@ def main(argv=None) -> int:
     s.prefill(ids[:half])
     turn2_err = float(np.abs(s.prefill(ids[half:prompt]) - want["prefill"][half:]).max() / scale)
 
-
     def prefill_once():
         s.reset()
         s.prefill(ids[:prompt])
