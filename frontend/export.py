@@ -1,4 +1,5 @@
-"""torch.export of a model's `prefill` and `decode` entry points into one raw torch-dialect module.
+"""torch.export of a model's entry points (`prefill`, `decode`, and `prefill_first` / `prefill_chunk`
+where they apply: see export_model) into one raw torch-dialect module.
 
 Weights never enter the IR: each parameter becomes
     %w = torch.operator "torch.day0.parameter"() {day0.key = "<checkpoint tensor name>"}
@@ -63,7 +64,7 @@ class _ParametersAsOps(FxImporterHooks):
 
 @dataclass
 class ExportedModule:
-    mlir: str  # raw torch dialect: @prefill, @decode, and @prefill_first where the model has one
+    mlir: str  # raw torch dialect: one function per name of entry_points (@prefill, @decode, ...)
     parameters: list[str]  # checkpoint tensor names the module reads
 
 
