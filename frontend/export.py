@@ -69,8 +69,9 @@ class ExportedModule:
 
 
 def entry_points(lm: nn.Module, prefill_chunk: int = 0) -> list[str]:
-    """The functions export_model emits for this model (prefill_chunk: see export_model)."""
-    return (["prefill", "decode"] + (["prefill_first"] if getattr(lm, "has_first_turn", False) else [])
+    """The functions export_model emits for this model (a models.base.CausalLM; prefill_chunk: see
+    export_model)."""
+    return (["prefill", "decode"] + (["prefill_first"] if lm.has_first_turn else [])
             + (["prefill_chunk"] if prefill_chunk else []))
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from day0.lowering.iree_tool import CompileError, iree_compile_path
 from day0.lowering.targets import get_target
 
 # iree-compile's phases, in order (`--compile-to=` values; `--dump-compilation-phases-to`
@@ -43,35 +44,6 @@ class CompileResult:
 
     flags: tuple[str, ...]
     seconds: float
-
-
-class CompileError(RuntimeError):
-    """iree-compile failed. `stage`, `first_error` and `repro_dir` are also attributes."""
-
-    def __init__(self, stage: str, first_error: str, repro_dir: Path | None):
-        self.stage, self.first_error, self.repro_dir = stage, first_error, repro_dir
-        where = f"; repro: {repro_dir}/command.sh" if repro_dir else ""
-        super().__init__(f"{stage} failed: {first_error}{where}")
-
-
-def iree_compile_path() -> str:
-    """The iree-compile binary of the installed iree-base-compiler."""
-    try:
-        from iree.compiler.tools.binaries import find_tool
-
-        return os.path.realpath(find_tool("iree-compile"))
-    except Exception:  # fall back to the venv's bin/ (console script next to python)
-        candidate = Path(sys.executable).parent / "iree-compile"
-        if candidate.exists():
-            return str(candidate)
-        raise CompileError("locating iree-compile", "iree-compile not found "
-                           "(is iree-base-compiler installed in this environment?)", None)
-
-
-def iree_compile_version() -> str:
-    """`iree-compile --version` output, for the artifact manifest."""
-    proc = subprocess.run([iree_compile_path(), "--version"], capture_output=True, text=True)
-    return (proc.stdout or proc.stderr).strip()
 
 
 def target_flags(target: str, extra_flags: Sequence[str] = ()) -> tuple[str, ...]:

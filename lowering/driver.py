@@ -1,10 +1,11 @@
-"""`day0 compile`: checkpoint directory -> artifact directory, one named stage at a time.
+"""The compile driver: `day0 compile` from checkpoint directory to artifact directory. It is the
+one module that imports every stage, and runs them one named stage at a time:
 
     read     config.json + shard headers, validated against the architecture (no weights loaded)
-    export   torch.export of prefill/decode with uninitialized weights -> raw torch MLIR
-    passes   the target's pipeline (parameters-to-globals, dsa-to-gather-tiles, ...)
-    compile  iree-compile for the target -> model.vmfb
-    publish  manifest.json (+ tokenizer.json) and an atomic rename into place
+    export   torch.export of the entry points with uninitialized weights -> raw torch MLIR (frontend/)
+    passes   the target's pipeline (passes/, chosen by lowering/targets.py)
+    compile  iree-compile for the target -> model.vmfb (lowering/compile.py)
+    publish  manifest.json (runtime/artifact.py) + tokenizer.json, and an atomic rename into place
 
 Every stage's failure surfaces as a `BuildError` naming the stage; `dump_stages` writes the IR
 after each of our stages and after each IREE phase under `<artifact>/stages/`.
@@ -17,20 +18,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from day0.lowering.targets import DEFAULT_DSA_TILE
+
 STAGES = ("read", "export", "passes", "compile", "publish")
 DEFAULT_MAX_SEQ_LEN = 4096
 
-
+# What each entry point takes and returns (the manifest's EntryPoint records; frontend/export.py
+# emits them). Every one also returns the greedy next token after the logits.
 NEXT = "next[1] int64 (argmax of the last row, lowest id on ties)"
 ENTRY_POINTS = {
-    "prefill": {"inputs": ["ids[S] int64", "start[1] int64", "*state"],
-                "outputs": ["logits[S,V] float32", NEXT, "*state"], "min_len": 2},
-    "decode": {"inputs": ["token[1] int64", "pos[1] int64", "*state"],
-               "outputs": ["logits[1,V] float32", NEXT, "*state"]},
-    "prefill_first": {"inputs": ["ids[S] int64", "start[1] int64 (must be 0)", "*state"],
-                      "outputs": ["logits[S,V] float32", NEXT, "*state"], "min_len": 2},
-    "prefill_chunk": {"inputs": ["ids[C] int64 (C = len)", "start[1] int64", "*state"],
-                      "outputs": ["logits[C,V] float32", NEXT, "*state"]},
+    "prefill": {"inputs": ("ids[S] int64", "start[1] int64", "*state"),
+                "outputs": ("logits[S,V] float32", NEXT, "*state"), "min_len": 2},
+    "decode": {"inputs": ("token[1] int64", "pos[1] int64", "*state"),
+               "outputs": ("logits[1,V] float32", NEXT, "*state")},
+    "prefill_first": {"inputs": ("ids[S] int64", "start[1] int64 (must be 0)", "*state"),
+                      "outputs": ("logits[S,V] float32", NEXT, "*state"), "min_len": 2},
+    "prefill_chunk": {"inputs": ("ids[C] int64 (C = static_len)", "start[1] int64", "*state"),
+                      "outputs": ("logits[C,V] float32", NEXT, "*state")},
 }
 
 
@@ -51,21 +55,22 @@ def prefill_chunk(model, options: "BuildOptions") -> int:
     c = get_target(options.target).prefill_chunk if options.prefill_chunk is None else options.prefill_chunk
     if c < 0:
         raise BuildError(f"--prefill-chunk must be >= 0 (got {c})")
-    if not getattr(model, "position_indexed_state", False):
+    if not model.position_indexed_state:
         return 0
     return min(c, options.max_seq_len) if c >= 2 else 0
 
 
-def cache_dtype(model, cfg, options: "BuildOptions") -> str:
+def cache_dtype(model_cls, cfg, options: "BuildOptions") -> str:
     """The artifact's cache dtype: the option, else the target's where the model supports it."""
     from day0.lowering.targets import get_target
+    from day0.models.base import CACHE_DTYPES
 
     dtype = options.cache_dtype
     if dtype is None:
-        dtype = get_target(options.target).cache_dtype if model.supports_bf16_cache else "float32"
+        dtype = get_target(options.target).cache_dtype if model_cls.supports_bf16_cache else "float32"
     if dtype not in CACHE_DTYPES:
         raise BuildError(f"--cache-dtype '{dtype}' is not supported (choose from {', '.join(CACHE_DTYPES)})")
-    if dtype != "float32" and not model.supports_bf16_cache:
+    if dtype != "float32" and not model_cls.supports_bf16_cache:
         raise BuildError(f"--cache-dtype {dtype} is not supported for {cfg.model_type} (its caches are float32 only)")
     return dtype
 
@@ -76,10 +81,10 @@ class BuildOptions:
     max_seq_len: int = DEFAULT_MAX_SEQ_LEN
     dump_stages: bool = False
     extra_flags: tuple[str, ...] = ()
-    dsa_tile: int = 64  # preferred tile; the largest divisor of the selection width <= it is used
+    dsa_tile: int = DEFAULT_DSA_TILE  # preferred tile; the largest divisor of the selection width <= it is used
     prefill_chunk: int | None = None  # static prefill length; None: the target's, 0: none
     # the position-indexed caches' dtype, float32 or bfloat16; None: the target's for models that
-    # support bf16 caches (bfloat16 on cuda-sm90), else float32
+    # support bf16 caches, else float32
     cache_dtype: str | None = None
 
 
@@ -99,25 +104,25 @@ def _progress_printer(stream=sys.stderr) -> Callable[[str, str], None]:
 
 
 def compile_checkpoint(checkpoint_dir: Path, out_dir: Path, options: BuildOptions = BuildOptions(),
-                       progress: Callable[[str, str], None] | None = None) -> dict:
-    """Build the artifact; returns its manifest. Nothing is left at out_dir on failure."""
+                       progress: Callable[[str, str], None] | None = None):
+    """Build the artifact; returns its manifest (runtime.artifact.Manifest). Nothing is left at
+    out_dir on failure."""
     import torch
 
     from day0.frontend.export import entry_points, export_model
     from day0.frontend.ir import MLIRError, new_context, parse_module
     from day0.lowering.compile import compile_mlir
-    from day0.lowering.targets import get_target
-    from day0.models.checkpoint import Checkpoint
-    from day0.models.checkpoint import TORCH_DTYPES
+    from day0.lowering.targets import DsaShape, get_target
+    from day0.models.checkpoint import TORCH_DTYPES, Checkpoint
     from day0.models.mxfp4 import check_checkpoint_scales
     from day0.models.registry import architecture
     from day0.passes.pipeline import parse_pipeline
-    from day0.passes.pipelines import kept_ops, pipeline_for
-    from day0.runtime.artifact import VMFB, publish, staging_dir
+    from day0.runtime.artifact import VMFB, EntryPoint, FileRecord, Manifest, Parameters, StateTensor, publish
+    from day0.runtime.artifact import staging_dir
 
     progress = progress or _progress_printer()
     checkpoint_dir, out_dir = Path(checkpoint_dir).resolve(), Path(out_dir).resolve()
-    get_target(options.target)  # unknown target: clear error before any work
+    target = get_target(options.target)  # unknown target: clear error before any work
     if options.max_seq_len < 2:
         raise BuildError(f"--max-seq-len must be at least 2 (got {options.max_seq_len})")
 
@@ -126,8 +131,7 @@ def compile_checkpoint(checkpoint_dir: Path, out_dir: Path, options: BuildOption
     cfg, model_cls = architecture(ckpt.config)
     dtypes = {n: TORCH_DTYPES[t.dtype] for n, t in ckpt.tensors.items() if t.dtype in TORCH_DTYPES}
     with torch.no_grad():
-        model = model_cls.empty(cfg, options.max_seq_len, dtypes)
-    model.cache_dtype = cache_dtype(model, cfg, options)
+        model = model_cls.empty(cfg, options.max_seq_len, dtypes, cache_dtype=cache_dtype(model_cls, cfg, options))
     ckpt.check_expected(model.parameter_shapes())
     check_checkpoint_scales(ckpt)
     progress("read", "done")
@@ -139,17 +143,17 @@ def compile_checkpoint(checkpoint_dir: Path, out_dir: Path, options: BuildOption
     try:
         progress("export", "start")
         chunk = prefill_chunk(model, options)
-        exported = export_model(model, options.max_seq_len, keep=kept_ops(options.target), prefill_chunk=chunk)
+        exported = export_model(model, options.max_seq_len, keep=target.kept_ops, prefill_chunk=chunk)
         if stages:
             (stages / "00-export.mlir").write_text(exported.mlir)
         progress("export", "done")
 
         progress("passes", "start")
-        pipeline = pipeline_for(options.target, model.selection_width(), options.dsa_tile,
-                                dsa_block=model.dsa_block() if hasattr(model, "dsa_block") else 0)
+        width = model.selection_width()
+        dsa = DsaShape(width, model.dsa_block(), options.dsa_tile) if width is not None else None
         with new_context():
             module = parse_module(exported.mlir)
-            for i, p in enumerate(parse_pipeline(pipeline), start=1):
+            for i, p in enumerate(parse_pipeline(target.pipeline(dsa)), start=1):
                 p.run(module)
                 try:
                     module.operation.verify()
@@ -170,23 +174,24 @@ def compile_checkpoint(checkpoint_dir: Path, out_dir: Path, options: BuildOption
         tokenizer = checkpoint_dir / "tokenizer.json"
         if tokenizer.exists():
             shutil.copy(tokenizer, tmp / "tokenizer.json")
-        manifest = {
-            "architecture": cfg.model_type,
-            "config": ckpt.config,
-            "target": options.target,
-            "max_seq_len": options.max_seq_len,
-            "vocab_size": cfg.vocab_size,
-            "eos_token_id": cfg.eos_token_id,
-            "entry_points": {name: dict(ENTRY_POINTS[name], **({"len": chunk} if name == "prefill_chunk" else {}))
-                             for name in entry_points(model, chunk)},
-            "state": [{"name": s.name, "kind": s.kind, "layer": s.layer, "shape": list(s.shape),
-                       "dtype": s.dtype} for s in model.state_specs()],
-            "parameters": {"scope": "model", "base_dir": str(checkpoint_dir),
-                           "files": ckpt.file_records(), "count": len(exported.parameters)},
-            "compile_flags": list(result.flags),
-            "tools": tool_versions(),
-        }
-        publish(tmp, out_dir, manifest)
+        manifest = Manifest(
+            architecture=cfg.model_type,
+            config=ckpt.config,
+            target=target.name,
+            devices=target.devices,
+            max_seq_len=options.max_seq_len,
+            vocab_size=cfg.vocab_size,
+            eos_token_id=cfg.eos_token_id,
+            entry_points={name: EntryPoint(**ENTRY_POINTS[name], **({"static_len": chunk} if name == "prefill_chunk" else {}))
+                          for name in entry_points(model, chunk)},
+            state=tuple(StateTensor(s.name, s.kind, s.layer, tuple(s.shape), s.dtype) for s in model.state_specs()),
+            parameters=Parameters(scope="model", base_dir=str(checkpoint_dir),
+                                  files=tuple(FileRecord(**f) for f in ckpt.file_records()),
+                                  count=len(exported.parameters)),
+            compile_flags=tuple(result.flags),
+            tools=tool_versions(),
+        )
+        manifest = publish(tmp, out_dir, manifest)
         progress("publish", "done")
         return manifest
     finally:

@@ -1,22 +1,15 @@
-"""Compilation targets: the iree-compile flags and the runtime device of each.
+"""Compilation targets: everything that differs between the machines day0 compiles for.
 
-A `Target` names everything `compile.py` needs beyond the input IR: the flags, the runtime
-device an artifact compiled for it runs on by default, and (for targets iree-compile cannot
-name by flag) a rewrite that attaches the device target to the module itself.
+A `Target` is the one place a target is described: its iree-compile flags, its optimization level,
+its pass pipeline (`pipeline()`), the day0 ops its passes lower to day0's own kernels (kept whole
+by export), the runtime devices its vmfb runs on, and its defaults (static prefill chunk, cache
+dtype). The CLI's choices, the compile driver, the benchmarks and the checks all ask `TARGETS`.
 
     llvm-cpu   the host CPU (vmfb not portable to another CPU model: target-cpu=host)
     cuda-sm90  NVIDIA Hopper (H100/H200); compiles on any machine, no GPU needed
 
-Why each llvm-cpu flag (measured with IREE 3.13 on the 2-core dev CPU, see DESIGN.md):
-  --iree-opt-level=O3                       the default level is O0-like: it leaves an
-                                            index_select over stacked experts as its own
-                                            dispatch, O3 fuses it into the matvec
-  --iree-dispatch-creation-enable-aggressive-fusion
-                                            MXFP4 unpack fuses into the matvec only with it
-                                            (O3 implies it; kept explicit so the manifest says so)
-  --iree-llvmcpu-reassociate-fp-reductions  the fused MXFP4 matvec is fast only with it
-  --iree-opt-data-tiling=false              weights are runtime parameters: data tiling would
-                                            repack them on every call
+Adding a target: one entry in TARGETS (and, if it lowers an op its own way, that pass in its
+`passes`); nothing else names targets.
 """
 
 from __future__ import annotations
@@ -29,29 +22,92 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+DEFAULT_DSA_TILE = 64
+
+# One pipeline entry: (role, pass). The roles let a tool that compiles a module of one op take the
+# target's lowering of that op alone (`Target.pipeline(roles=...)`):
+#   weights  checkpoint tensors become IREE parameters; stacked experts are built once
+#   indexer  the DSA indexer's scores (targets that keep day0::indexer_scores whole)
+#   topk     aten.topk
+#   mxfp4    day0::mxfp4_linear / day0::mxfp4_moe
+#   dsa      day0::dsa_attention (the pass text is a function of the model's DSA shape, DsaShape)
+#   matmul   the remaining matmuls
+ROLES = ("weights", "indexer", "topk", "mxfp4", "dsa", "matmul")
+
+
+@dataclass(frozen=True)
+class DsaShape:
+    """What the DSA lowering depends on: the selection width K (the indexer's top-k), the block
+    size of a block-structured selection (glm5_next's k-pool; 0: token-level) and the preferred
+    gather tile."""
+
+    width: int
+    block: int = 0
+    preferred_tile: int = DEFAULT_DSA_TILE
+
+    @property
+    def tile(self) -> int:
+        """The largest tile <= preferred_tile that divides K."""
+        return max(t for t in range(1, min(self.preferred_tile, self.width) + 1) if self.width % t == 0)
+
+
+def _gather_tiles(dsa: DsaShape) -> str:
+    # a block-structured selection gathers whole blocks; a token-level one tiles of `tile` slots
+    return f"dsa-to-gather-tiles{{block={dsa.block}}}" if dsa.block else f"dsa-to-gather-tiles{{tile={dsa.tile}}}"
+
 
 @dataclass(frozen=True)
 class Target:
-    """One compilation target.
+    """One compilation target (see the module docstring).
 
-    `flags` go to iree-compile after `--iree-input-type=torch`; `device` is the runtime device
-    (`day0.runtime.vm` name) an artifact for this target runs on by default; `prepare`, when
-    set, rewrites the module text before compiling (used to attach a device target that no
-    flag can express).
+    `flags` (device flags, then `--iree-opt-level`, then codegen flags) go to iree-compile after
+    `--iree-input-type=torch`; `prepare`, when set, rewrites the module text before compiling (it
+    attaches a device target that no flag can express).
     """
 
     name: str
-    flags: tuple[str, ...]
-    device: str
-    prepare: Callable[[str], str] | None = field(default=None, compare=False)
+    description: str
+    devices: tuple[str, ...]  # runtime devices (day0.runtime.vm names) the vmfb runs on, default first
+    device_flags: tuple[str, ...]
+    opt_level: str
+    codegen_flags: tuple[str, ...]
+    passes: tuple[tuple[str, str | Callable[[DsaShape], str]], ...]  # (role, pass text or DSA form)
+    kept_ops: tuple[str, ...] = ()  # day0 ops export keeps whole for this target's kernels
     # > 0: artifacts also get `prefill_chunk`, prefill at this static length, which Session runs
-    # prompts through (see driver.py); 0: prompts go through the dynamic-length prefill only.
+    # prompts through (lowering/driver.py); 0: prompts go through the dynamic-length prefill only.
     prefill_chunk: int = 0
     # The position-indexed caches' dtype for models that support bf16 caches (others: float32).
     cache_dtype: str = "float32"
+    prepare: Callable[[str], str] | None = field(default=None, compare=False)
+
+    @property
+    def device(self) -> str:
+        """The runtime device an artifact for this target runs on by default."""
+        return self.devices[0]
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        return (*self.device_flags, f"--iree-opt-level={self.opt_level}", *self.codegen_flags)
 
     def prepare_module(self, mlir_text: str) -> str:
         return self.prepare(mlir_text) if self.prepare else mlir_text
+
+    def pipeline(self, dsa: DsaShape | None = None, roles: tuple[str, ...] | None = None) -> str:
+        """This target's pass pipeline for a model whose DSA op has shape `dsa` (None: no DSA op);
+        `roles`: only the passes of those roles (ROLES), in pipeline order."""
+        unknown = set(roles or ()) - set(ROLES)
+        if unknown:
+            raise ValueError(f"unknown pass role(s) {', '.join(sorted(unknown))}; roles: {', '.join(ROLES)}")
+        chosen = []
+        for role, p in self.passes:
+            if roles is not None and role not in roles:
+                continue
+            if callable(p):
+                if dsa is None:
+                    continue
+                p = p(dsa)
+            chosen.append(p)
+        return f"builtin.module({','.join(chosen)})"
 
 
 # --- CUDA sm_90 -----------------------------------------------------------------------------
@@ -77,7 +133,7 @@ def cuda_device_target_attr(arch: str = "sm_90", probe_arch: str = "sm_89") -> s
     field is then replaced. Deriving it (rather than pasting a string) keeps the attribute in
     the syntax of whichever IREE is installed.
     """
-    from day0.lowering.compile import iree_compile_path
+    from day0.lowering.iree_tool import iree_compile_path
 
     with tempfile.TemporaryDirectory(prefix="day0-cuda-probe-") as tmp:
         src = Path(tmp) / "probe.mlir"
@@ -126,39 +182,72 @@ def _attach_cuda_sm90(mlir_text: str) -> str:
 
 # --- the table --------------------------------------------------------------------------------
 
+_WEIGHTS = (("weights", "parameters-to-globals"), ("weights", "hoist-parameter-stacks"))
+
 TARGETS: dict[str, Target] = {
+    # --iree-opt-level=O3: the default level leaves an index_select over stacked experts as its own
+    #   dispatch; O3 fuses it into the matvec.
+    # --iree-dispatch-creation-enable-aggressive-fusion: MXFP4 unpack fuses into the matvec only
+    #   with it (O3 implies it; kept explicit so the manifest says so).
+    # --iree-llvmcpu-reassociate-fp-reductions: the fused MXFP4 matvec is fast only with it.
+    # --iree-opt-data-tiling=false: weights are runtime parameters; data tiling would repack them
+    #   on every call.
+    # (each measured with IREE 3.13 on the 2-core CI CPU)
     "llvm-cpu": Target(
         name="llvm-cpu",
-        flags=(
+        description="the host CPU (IREE llvm-cpu, target-cpu=host)",
+        devices=("local-task", "local-sync"),
+        device_flags=(
             "--iree-hal-target-device=local",
             "--iree-hal-local-target-device-backends=llvm-cpu",
             "--iree-llvmcpu-target-cpu=host",
-            "--iree-opt-level=O3",
+        ),
+        opt_level="O3",
+        codegen_flags=(
             "--iree-dispatch-creation-enable-aggressive-fusion",
             "--iree-llvmcpu-reassociate-fp-reductions",
             "--iree-opt-data-tiling=false",
         ),
-        device="local-task",
+        passes=(
+            *_WEIGHTS,
+            # IREE's default lowering of aten.topk sorts whole rows (slow), and miscompiles two
+            # topks over a shared causal mask; iree_linalg_ext.topk keeps the lower index on ties
+            ("topk", "topk-to-linalg-ext"),
+            ("mxfp4", "fuse-mxfp4-matmul"),
+            ("dsa", _gather_tiles),
+        ),
     ),
     # No device flags: the device target travels inside the module (see _attach_cuda_sm90).
-    # O3: on the 12-layer e2e model it takes a decode step from 823 to 679 kernel launches (6.93
-    # -> 6.58 ms a token on the H200) with outputs bitwise equal to the default level's
-    # (docs/perf.md). It had made the matmul-form indexer 4-45x slower; the indexer is a day0
-    # kernel now.
-    # MXFP4 matmuls do not reach IREE's codegen here (mxfp4-to-cuda-matvec): its reduction
-    # pipeline fails on the fused form, and the fallback pipeline miscompiled it on the H200.
+    # O3: fewer kernel launches a decode step, outputs bitwise equal to the default level's.
+    # day0's own kernels replace IREE's lowering where it is slow or wrong on sm_90 (docs/perf.md):
+    #   indexer scores and DSA attention (tensor-core kernels), every topk (radix select: IREE's GPU
+    #   topk is slow and produced out-of-range indices on -inf-masked router rows, min-size=0 sends
+    #   every row to it), MXFP4 matmuls (IREE's CUDA codegen fails on or miscompiles the fused
+    #   form); the remaining prefill matmuls against bf16 weights run as bf16 tensor-core products
+    #   (IREE compiles f32 matmuls for sm_90 as SIMT code).
     # Prefill in static chunks of 512: with a dynamic row count IREE's CUDA matmul configuration
-    # is the matvec one (one workgroup reduces one output element: no reuse of either operand),
-    # a static count gets tiled matmuls (TileAndFuse, 32x128 tiles); docs/perf.md, e2e.
+    # is the matvec one; a static count gets tiled matmuls.
+    # bf16 latent and indexer caches: what the tensor-core attention and indexer kernels read.
     "cuda-sm90": Target(
         name="cuda-sm90",
-        flags=("--iree-opt-level=O3", "--iree-opt-data-tiling=false"),
-        device="cuda",
-        prepare=_attach_cuda_sm90,
+        description="NVIDIA Hopper (H100/H200); compiles on any machine, no GPU or CUDA toolkit needed",
+        devices=("cuda",),
+        device_flags=(),
+        opt_level="O3",
+        codegen_flags=("--iree-opt-data-tiling=false",),
+        passes=(
+            *_WEIGHTS,
+            ("indexer", "indexer-scores-to-cuda-kernel"),
+            ("topk", "topk-to-radix-select{min-size=0}"),
+            ("topk", "topk-to-linalg-ext"),
+            ("mxfp4", "mxfp4-to-cuda-matvec"),
+            ("dsa", lambda dsa: "dsa-to-cuda-kernel"),
+            ("matmul", "matmul-to-bf16-terms"),
+        ),
+        kept_ops=("indexer_scores",),
         prefill_chunk=512,
-        # bf16 latent and indexer caches take the tensor-core attention and indexer kernels: the
-        # 4.9B e2e model's decode 6.1 -> 4.4 ms a token at 1K on the H200 (docs/perf.md, e2e)
         cache_dtype="bfloat16",
+        prepare=_attach_cuda_sm90,
     ),
 }
 

@@ -1,8 +1,9 @@
 """What every day0 architecture shares: explicit device state, uninitialized construction in the
 checkpoint's dtypes, and the RoPE table.
 
-An architecture subclasses `CausalLM` and provides `state_specs()`, `step(ids, start, *state)`
-and `selection_width()`; its module tree mirrors the checkpoint's tensor names exactly.
+An architecture subclasses `CausalLM`, provides `state_specs()`, `step(ids, start, *state)` and
+`rope_dim()`, and declares the capabilities below that differ from their defaults; its module
+tree mirrors the checkpoint's tensor names exactly.
 """
 
 from dataclasses import dataclass
@@ -45,17 +46,52 @@ class Backbone(nn.Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
 
+CACHE_DTYPES = ("float32", "bfloat16")
+
+
 class CausalLM(nn.Module):
-    cfg: object
-    max_seq_len: int
+    """The base of every architecture. Its class attributes and the two methods below them are
+    the capabilities the compile driver and export ask about; each has the default an
+    architecture gets by saying nothing."""
+
+    # step(..., first_turn=True) exists: with start == 0 only the prompt's own keys are scored
+    # (exported as the `prefill_first` entry point)
+    has_first_turn: bool = False
+    # every state row belongs to one position (no recurrent state): a prompt may run as static
+    # chunks that overlap, the overlap rewriting the same rows (the `prefill_chunk` entry point)
+    position_indexed_state: bool = False
+    # the position-indexed caches may be stored in bfloat16 (`cache_dtype`)
+    supports_bf16_cache: bool = False
+    # checkpoint tensors the model never reads (globs or regexes, Checkpoint.check_expected)
+    unused_tensors: tuple[str, ...] = ()
+
+    def selection_width(self) -> int | None:
+        """K, the number of positions the DSA indexer selects per query (None: no DSA op)."""
+        return None
+
+    def dsa_block(self) -> int:
+        """The block size of a block-structured DSA selection (0: token-level or no DSA)."""
+        return 0
+
+    def __init__(self, cfg, max_seq_len: int, cache_dtype: str = "float32"):
+        """`cache_dtype`: the dtype of the position-indexed caches (state_specs); bfloat16 only
+        where `supports_bf16_cache`."""
+        super().__init__()
+        if cache_dtype not in CACHE_DTYPES:
+            raise ValueError(f"cache dtype '{cache_dtype}' is not supported (choose from {', '.join(CACHE_DTYPES)})")
+        if cache_dtype != "float32" and not self.supports_bf16_cache:
+            raise ValueError(f"cache dtype {cache_dtype} is not supported for {type(self).__name__} "
+                             f"(its caches are float32 only)")
+        self.cfg, self.max_seq_len, self.cache_dtype = cfg, max_seq_len, cache_dtype
 
     @classmethod
-    def empty(cls, cfg, max_seq_len: int, dtypes: dict[str, torch.dtype] | None = None):
+    def empty(cls, cfg, max_seq_len: int, dtypes: dict[str, torch.dtype] | None = None,
+              cache_dtype: str = "float32"):
         """Parameters allocated but not initialized (untouched pages cost no memory); floating
         parameters take the dtype the checkpoint stores (`dtypes`: name -> dtype), packed integer
         ones (MXFP4 bytes) keep theirs; the rope table is computed."""
         with torch.device("meta"):
-            m = cls(cfg, max_seq_len)
+            m = cls(cfg, max_seq_len, cache_dtype)
         m = m.to_empty(device="cpu")
         for name, p in m.named_parameters():
             want = (dtypes or {}).get(name)
@@ -71,9 +107,6 @@ class CausalLM(nn.Module):
     def rope_dim(self) -> int:
         raise NotImplementedError
 
-    # checkpoint tensors the model never reads (globs or regexes, Checkpoint.check_expected)
-    unused_tensors: tuple[str, ...] = ()
-
     def parameter_shapes(self) -> "ParameterShapes":
         """name -> (shape, allowed safetensors dtypes): packed u8 tensors must be U8 in the file."""
         return ParameterShapes({n: (tuple(p.shape), {"U8"} if p.dtype == torch.uint8 else None)
@@ -81,11 +114,6 @@ class CausalLM(nn.Module):
 
     def state_specs(self) -> list[StateSpec]:
         raise NotImplementedError
-
-    # Architectures whose caches may be stored in bfloat16 (`cache_dtype`; lowering/driver.py's
-    # --cache-dtype) set this; their state_specs use `self.cache_dtype` for the position-indexed caches.
-    supports_bf16_cache = False
-    cache_dtype = "float32"
 
     def empty_state(self) -> list[Tensor]:
         return [torch.zeros(s.shape, dtype=getattr(torch, s.dtype)) for s in self.state_specs()]

@@ -87,13 +87,14 @@ class DeepseekV32(CausalLM):
     """The causal LM. Build it with `DeepseekV32.empty(cfg, max_seq_len)` and fill the weights
     from a checkpoint; `step` is exported as prefill, decode and prefill_first."""
 
-    has_first_turn = True  # step(first_turn=True) scores only the prompt's own keys
-    position_indexed_state = True  # every state row belongs to one position (lowering/driver.py)
-    supports_bf16_cache = True  # the latent and indexer key caches may be bfloat16 (models/base.py)
+    # capabilities (models/base.py): the first turn scores only the prompt's own keys; every cache
+    # row belongs to one position; the latent and indexer key caches may be bfloat16
+    has_first_turn = True
+    position_indexed_state = True
+    supports_bf16_cache = True
 
-    def __init__(self, cfg, max_seq_len: int):
-        super().__init__()
-        self.cfg, self.max_seq_len = cfg, max_seq_len
+    def __init__(self, cfg, max_seq_len: int, cache_dtype: str = "float32"):
+        super().__init__(cfg, max_seq_len, cache_dtype)
         self.model = Backbone(cfg, DecoderLayer)
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
 

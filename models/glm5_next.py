@@ -196,9 +196,8 @@ class Glm5Next(CausalLM):
 
     unused_tensors = (r"model\.visual\..*",)  # the vision tower: text-only
 
-    def __init__(self, cfg, max_seq_len: int):
-        super().__init__()
-        self.cfg, self.max_seq_len = cfg, max_seq_len
+    def __init__(self, cfg, max_seq_len: int, cache_dtype: str = "float32"):
+        super().__init__(cfg, max_seq_len, cache_dtype)
         self.model = nn.Module()
         self.model.language_model = Backbone(cfg, DecoderLayer)
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
@@ -218,8 +217,8 @@ class Glm5Next(CausalLM):
         return None
 
     def dsa_block(self) -> int:
-        """The selection's block size for dsa-to-gather-tiles{block=...} (passes/pipelines.py
-        pipeline_for's dsa_block): the k-pool, when the cache is a whole number of pools."""
+        """The selection's block size (the llvm-cpu pipeline gathers whole blocks,
+        dsa-to-gather-tiles{block=...}): the k-pool, when the cache is a whole number of pools."""
         kpool = self.cfg.index_kpool
         return kpool if self.selection_width() is not None and self.max_seq_len % kpool == 0 else 0
 

@@ -189,11 +189,10 @@ class GptOss(CausalLM):
     """The causal LM. Build it with `GptOss.empty(cfg, max_seq_len)` and fill the weights from a
     checkpoint; `step` is the functional entry point for both prefill and decode."""
 
-    position_indexed_state = True  # every state row belongs to one position (lowering/driver.py)
+    position_indexed_state = True  # every K/V row belongs to one position (models/base.py)
 
-    def __init__(self, cfg, max_seq_len: int):
-        super().__init__()
-        self.cfg, self.max_seq_len = cfg, max_seq_len
+    def __init__(self, cfg, max_seq_len: int, cache_dtype: str = "float32"):
+        super().__init__(cfg, max_seq_len, cache_dtype)
         self.model = Backbone(cfg, DecoderLayer)
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         # Per layer: a window in positions, or 0 for full attention.
@@ -201,10 +200,6 @@ class GptOss(CausalLM):
 
     def rope_dim(self) -> int:
         return self.cfg.head_dim
-
-    def selection_width(self) -> None:
-        """No DSA: gpt-oss attends densely (within its window)."""
-        return None
 
     def state_specs(self) -> list[StateSpec]:
         c, t = self.cfg, self.max_seq_len

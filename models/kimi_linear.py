@@ -215,18 +215,13 @@ class KimiLinear(CausalLM):
     """The causal LM. Build it with `KimiLinear.empty(cfg, max_seq_len)` and fill the weights
     from a checkpoint; `step` is the functional entry point for both prefill and decode."""
 
-    def __init__(self, cfg, max_seq_len: int):
-        super().__init__()
-        self.cfg, self.max_seq_len = cfg, max_seq_len
+    def __init__(self, cfg, max_seq_len: int, cache_dtype: str = "float32"):
+        super().__init__(cfg, max_seq_len, cache_dtype)
         self.model = Backbone(cfg, DecoderLayer)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)  # never tied (transformers)
 
     def rope_dim(self) -> int:
         return 0  # NoPE: no rope table
-
-    def selection_width(self) -> None:
-        """No DSA: the MLA layers attend densely."""
-        return None
 
     def state_specs(self) -> list[StateSpec]:
         c, specs = self.cfg, []

@@ -1,5 +1,6 @@
 """model_type -> architecture. An architecture module provides MODEL_TYPE, parse_config(raw) and a
-model class with `empty(cfg, max_seq_len, dtypes)`, `state_specs()`, `empty_state()`, `step()`."""
+model class (a models.base.CausalLM) with `empty(cfg, max_seq_len, dtypes, cache_dtype)`, `state_specs()`,
+`empty_state()`, `step()`."""
 
 from day0.models import deepseek_v32, glm5_next, gpt_oss, kimi_linear
 from day0.models.config import ConfigError
@@ -20,13 +21,13 @@ def architecture(raw_config: dict):
     return module.parse_config(raw_config), model_cls
 
 
-def build_eager(checkpoint_dir, max_seq_len: int):
+def build_eager(checkpoint_dir, max_seq_len: int, cache_dtype: str = "float32"):
     """The eager PyTorch model with the checkpoint's weights (streamed shard by shard)."""
     from day0.models.checkpoint import Checkpoint
 
     ckpt = Checkpoint.open(checkpoint_dir)
     cfg, model_cls = architecture(ckpt.config)
-    model = model_cls.empty(cfg, max_seq_len)
+    model = model_cls.empty(cfg, max_seq_len, cache_dtype=cache_dtype)
     ckpt.check_expected(model.parameter_shapes())
     ckpt.load_into(dict(model.named_parameters()))
     return model

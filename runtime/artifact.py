@@ -1,25 +1,167 @@
-"""The artifact directory: `manifest.json` + `model.vmfb` (+ `tokenizer.json` when the checkpoint
-has one). Weights are not copied: the manifest names the original shards with sizes and hashes.
+"""The artifact directory and its manifest: the one contract between compile and runtime.
 
+    <artifact>/manifest.json   a `Manifest` (below), written by the compile driver, read by the runtime
+    <artifact>/model.vmfb      the compiled module
+    <artifact>/tokenizer.json  when the checkpoint has one
+
+Weights are not copied: the manifest names the original shards with their sizes and hashes.
 Writing is atomic: everything goes to a hidden sibling directory that is renamed into place last,
-so an interrupted compile never leaves a directory `read_manifest` accepts.
+so an interrupted compile never leaves a directory that `read_manifest` accepts.
+
+The manifest is typed here (dataclasses, no torch) and versioned by `FORMAT_VERSION`: an artifact
+written by a day0 with another format is refused by name, never half-read.
 """
+
+from __future__ import annotations
 
 import json
 import os
 import shutil
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from day0.runtime.files import FileRecordError, sha256_file, verify_file_records
 
 MANIFEST = "manifest.json"
 VMFB = "model.vmfb"
-FORMAT_VERSION = 1
+# 2: typed manifest; entry points say whether they return the greedy next token; `devices`.
+FORMAT_VERSION = 2
 
 
 class ArtifactError(ValueError):
     pass
 
+
+@dataclass(frozen=True)
+class FileRecord:
+    """A file the artifact depends on: path (relative to its base directory), size, sha256."""
+
+    path: str
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class EntryPoint:
+    """One exported function. Every entry point takes (ids, start, *state) and returns
+    (logits, [next,] *state): `greedy_next` says whether the greedy next token (argmax of the last
+    row, lowest id on ties) sits between the logits and the state. `static_len` > 0: ids must have
+    exactly that many tokens; else at least `min_len`."""
+
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    greedy_next: bool = True
+    min_len: int = 1
+    static_len: int = 0
+
+
+@dataclass(frozen=True)
+class StateTensor:
+    """One tensor of device state kept between calls (a cache, a recurrent state)."""
+
+    name: str
+    kind: str  # e.g. "mla_latent", "indexer_keys", "kda_state", "conv_tail"
+    layer: int
+    shape: tuple[int, ...]
+    dtype: str  # "float32" or "bfloat16"
+
+    @property
+    def nbytes(self) -> int:
+        from day0.runtime.state_file import np_dtype
+
+        n = np_dtype(self.dtype).itemsize
+        for d in self.shape:
+            n *= d
+        return n
+
+
+@dataclass(frozen=True)
+class Parameters:
+    """Where the weights are read at load time: the checkpoint's own shards under `base_dir`,
+    named in the vmfb as `scope::<tensor name>`; `count` tensors in all."""
+
+    scope: str
+    base_dir: str
+    files: tuple[FileRecord, ...]
+    count: int
+
+    @property
+    def nbytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    architecture: str  # the checkpoint's model_type
+    config: dict  # the checkpoint's config.json, as read
+    target: str  # the compile target (lowering/targets.py)
+    devices: tuple[str, ...]  # runtime devices the vmfb runs on, the default first
+    max_seq_len: int
+    vocab_size: int
+    eos_token_id: int | list[int] | None
+    entry_points: dict[str, EntryPoint]
+    state: tuple[StateTensor, ...]
+    parameters: Parameters
+    compile_flags: tuple[str, ...]
+    tools: dict[str, str]  # package -> version
+    vmfb: FileRecord | None = None  # filled in by `publish`
+    format_version: int = FORMAT_VERSION
+
+    @property
+    def prefill_chunk(self) -> int:
+        """The static prefill length (0: the artifact has none)."""
+        entry = self.entry_points.get("prefill_chunk")
+        return entry.static_len if entry else 0
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        eos = self.eos_token_id
+        return frozenset(eos if isinstance(eos, list) else [] if eos is None else [eos])
+
+    def state_bytes(self) -> dict[str, int]:
+        """Bytes of device state per kind (mla_latent, indexer_keys, kda_state, conv_tail, ...)."""
+        out: dict[str, int] = {}
+        for s in self.state:
+            out[s.kind] = out.get(s.kind, 0) + s.nbytes
+        return out
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict, where: str = MANIFEST) -> Manifest:
+        """The manifest in `data`; ArtifactError naming `where` and the field when it is not one."""
+        if not isinstance(data, dict):
+            raise ArtifactError(f"{where}: not a JSON object")
+        version = data.get("format_version")
+        if version != FORMAT_VERSION:
+            raise ArtifactError(f"{where}: artifact format version {version} is not this day0's "
+                                f"{FORMAT_VERSION}; compile the checkpoint again with this day0")
+        try:
+            return cls(**{
+                **_plain(cls, data),
+                "devices": tuple(data["devices"]),
+                "entry_points": {k: EntryPoint(**{**_plain(EntryPoint, e), "inputs": tuple(e["inputs"]),
+                                                  "outputs": tuple(e["outputs"])})
+                                 for k, e in data["entry_points"].items()},
+                "state": tuple(StateTensor(**{**_plain(StateTensor, s), "shape": tuple(s["shape"])})
+                               for s in data["state"]),
+                "parameters": Parameters(**{**_plain(Parameters, data["parameters"]),
+                                            "files": tuple(FileRecord(**f) for f in data["parameters"]["files"])}),
+                "compile_flags": tuple(data["compile_flags"]),
+                "vmfb": FileRecord(**data["vmfb"]) if data.get("vmfb") else None,
+            })
+        except (KeyError, TypeError, AttributeError) as e:
+            raise ArtifactError(f"{where}: malformed manifest ({type(e).__name__}: {e})") from None
+
+
+def _plain(cls, data: dict) -> dict:
+    """The fields of `cls` present in `data`; a missing required one raises KeyError naming it,
+    an unknown key TypeError (through the constructor)."""
+    unknown = set(data) - {f.name for f in fields(cls)}
+    if unknown:
+        raise TypeError(f"unknown field(s) {', '.join(sorted(unknown))}")
+    return dict(data)
 
 
 def staging_dir(out_dir: Path) -> Path:
@@ -32,11 +174,11 @@ def staging_dir(out_dir: Path) -> Path:
     return tmp
 
 
-def publish(tmp: Path, out_dir: Path, manifest: dict) -> None:
-    """Write the manifest (vmfb hash included) last, then move tmp to out_dir."""
-    manifest = dict(manifest, format_version=FORMAT_VERSION,
-                    vmfb={"path": VMFB, "size": (tmp / VMFB).stat().st_size, "sha256": sha256_file(tmp / VMFB)})
-    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
+def publish(tmp: Path, out_dir: Path, manifest: Manifest) -> Manifest:
+    """Write the manifest (vmfb record included) last, then move tmp to out_dir; returns it."""
+    vmfb = tmp / VMFB
+    manifest = replace(manifest, vmfb=FileRecord(VMFB, vmfb.stat().st_size, sha256_file(vmfb)))
+    (tmp / MANIFEST).write_text(json.dumps(manifest.to_json(), indent=2))
     out_dir = Path(out_dir).resolve()
     if out_dir.exists():
         if not (out_dir / MANIFEST).exists() and any(out_dir.iterdir()):
@@ -47,21 +189,10 @@ def publish(tmp: Path, out_dir: Path, manifest: dict) -> None:
         shutil.rmtree(old, ignore_errors=True)
     else:
         tmp.rename(out_dir)
+    return manifest
 
 
-def state_bytes(manifest: dict) -> dict[str, int]:
-    """Bytes of device state per kind (mla_latent, indexer_keys, kda_state, conv_tail, ...)."""
-    import numpy as np
-
-    from day0.runtime.state_file import np_dtype
-
-    out: dict[str, int] = {}
-    for s in manifest["state"]:
-        out[s["kind"]] = out.get(s["kind"], 0) + int(np.prod(s["shape"])) * np_dtype(s["dtype"]).itemsize
-    return out
-
-
-def read_manifest(artifact_dir: Path, verify: bool = True, checkpoint_dir=None) -> dict:
+def read_manifest(artifact_dir: Path, verify: bool = True, checkpoint_dir=None) -> Manifest:
     """The manifest of a complete artifact: the vmfb and the shards must exist with their recorded
     sizes and, with verify, hashes. `checkpoint_dir` replaces the recorded shard directory (the
     checkpoint moved, e.g. regenerated on another host)."""
@@ -73,17 +204,20 @@ def read_manifest(artifact_dir: Path, verify: bool = True, checkpoint_dir=None) 
         raise ArtifactError(f"{artifact_dir}: no {MANIFEST}; not a day0 artifact, or its compile was "
                             f"interrupted — compile again")
     try:
-        manifest = json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise ArtifactError(f"{path}: invalid JSON ({e})") from None
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise ArtifactError(f"{path}: format_version {manifest.get('format_version')} is not "
-                            f"{FORMAT_VERSION}; recompile with this day0")
+    manifest = Manifest.from_json(data, str(path))
+    if manifest.vmfb is None:
+        raise ArtifactError(f"{path}: no vmfb record; compile again")
     if checkpoint_dir is not None:
-        manifest["parameters"]["base_dir"] = str(Path(checkpoint_dir).resolve())
+        manifest = replace(manifest, parameters=replace(manifest.parameters,
+                                                          base_dir=str(Path(checkpoint_dir).resolve())))
     try:  # without verify, still every file present with its recorded size (no data read)
-        verify_file_records([manifest["vmfb"]], artifact_dir, hashes=verify)
-        verify_file_records(manifest["parameters"]["files"], manifest["parameters"]["base_dir"], hashes=verify)
+        verify_file_records([asdict(manifest.vmfb)], artifact_dir, hashes=verify)
+        verify_file_records([asdict(f) for f in manifest.parameters.files], manifest.parameters.base_dir,
+                            hashes=verify)
     except FileRecordError as e:
         raise ArtifactError(f"artifact {artifact_dir}: {e}") from None
     return manifest
+

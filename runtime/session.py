@@ -8,16 +8,16 @@
     s.reset()        -> empty state, same weights
     s.save_state(path) / s.load_state(path)            (the sequence so far, on disk)
 
-The state (per layer MLA latent cache and indexer key cache) stays on the device: each call passes
-the previous call's returned buffers back in, and IREE updates them in place. One decode step is
-one device invocation.
+The state (the manifest's state tensors: caches, recurrent states) stays on the device: each call
+passes the previous call's returned buffers back in, and IREE updates them in place. One decode
+step is one device invocation.
 """
 
 from pathlib import Path
 
 import numpy as np
 
-from day0.runtime.artifact import VMFB, read_manifest, state_bytes
+from day0.runtime.artifact import VMFB, Manifest, read_manifest
 from day0.runtime.sampling import greedy, make_rng, sample, validate_sampling
 from day0.runtime.state_file import np_dtype
 
@@ -27,38 +27,44 @@ class SessionError(ValueError):
 
 
 class Session:
-    def __init__(self, artifact_dir: Path, manifest: dict, vm):
+    def __init__(self, artifact_dir: Path, manifest: Manifest, vm):
         self.artifact_dir, self.manifest, self._vm = Path(artifact_dir), manifest, vm
-        self.max_seq_len: int = manifest["max_seq_len"]
-        self.vocab_size: int = manifest["vocab_size"]
-        eos = manifest.get("eos_token_id")
-        self.eos_token_ids = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
-        entries = manifest["entry_points"]
+        self.max_seq_len: int = manifest.max_seq_len
+        self.vocab_size: int = manifest.vocab_size
+        self.eos_token_ids = set(manifest.eos_token_ids)
+        entries = manifest.entry_points
         # the first turn (position 0) may have a form that scores only the prompt's own keys
         first = "prefill_first" if "prefill_first" in entries else "prefill"
+
         def entry(name: str):
-            """(function, how many outputs sit between the logits and the state: the greedy next
-            token, in artifacts since it was added)"""
-            return vm.function(name), sum(1 for o in entries[name]["outputs"] if o.startswith("next["))
+            """(function, how many outputs sit between the logits and the state)"""
+            return vm.function(name), int(entries[name].greedy_next)
 
         self._prefill, self._decode, self._prefill_first = (entry(n) for n in ("prefill", "decode", first))
-        # prompts of at least `len` tokens run through the static-length prefill (lowering/driver.py)
-        self._chunk_len = entries.get("prefill_chunk", {}).get("len", 0)
+        # prompts of at least this many tokens run through the static-length prefill
+        self._chunk_len = manifest.prefill_chunk
         self._chunk = entry("prefill_chunk") if self._chunk_len else None
         self.reset()
 
     @classmethod
-    def load(cls, artifact_dir, device: str = "local-task", verify: bool = True,
+    def load(cls, artifact_dir, device: str | None = None, verify: bool = True,
              checkpoint_dir=None) -> "Session":
         """Load and verify an artifact (hashes of the vmfb and the shards it reads, unless
         verify=False), then bind its parameters from the original shards — found where the
-        compile read them, or in `checkpoint_dir` when the checkpoint has moved (another host)."""
+        compile read them, or in `checkpoint_dir` when the checkpoint has moved (another host).
+        `device`: one of the artifact's devices (its target's; None: the first, e.g. local-task
+        for llvm-cpu, cuda for cuda-sm90); another is refused before the runtime is asked."""
         from day0.runtime.vm import VmModule
 
         manifest = read_manifest(Path(artifact_dir), verify=verify, checkpoint_dir=checkpoint_dir)
-        params = manifest["parameters"]
-        files = [Path(params["base_dir"]) / f["path"] for f in params["files"]]
-        vm = VmModule.load(Path(artifact_dir) / VMFB, files, device=device, scope=params["scope"])
+        device = manifest.devices[0] if device is None else device
+        if device not in manifest.devices:
+            raise SessionError(f"artifact {artifact_dir} was compiled for target {manifest.target}, which runs on "
+                               f"{' or '.join(manifest.devices)}, not on device '{device}' (compile it with "
+                               f"--target for that device)")
+        params = manifest.parameters
+        files = [Path(params.base_dir) / f.path for f in params.files]
+        vm = VmModule.load(Path(artifact_dir) / VMFB, files, device=device, scope=params.scope)
         return cls(artifact_dir, manifest, vm)
 
     # -- state ----------------------------------------------------------------------------------
@@ -70,8 +76,7 @@ class Session:
     def reset(self) -> None:
         self._pos = 0
         self._next = None
-        self._state = [self._vm.to_device(np.zeros(s["shape"], dtype=np_dtype(s["dtype"])))
-                       for s in self.manifest["state"]]
+        self._state = [self._vm.to_device(np.zeros(s.shape, dtype=np_dtype(s.dtype))) for s in self.manifest.state]
 
     def save_state(self, path) -> Path:
         """Write the sequence so far (position + every state tensor) to `path` (.npz); a later
@@ -92,7 +97,7 @@ class Session:
 
     def state_bytes(self) -> dict[str, int]:
         """Bytes of device state per kind (e.g. mla_latent, indexer_keys, kda_state, conv_tail)."""
-        return state_bytes(self.manifest)
+        return self.manifest.state_bytes()
 
     # -- calls ----------------------------------------------------------------------------------
     def _check_ids(self, ids) -> np.ndarray:

@@ -33,19 +33,20 @@ def np_dtype(name: str) -> np.dtype:
     return np.dtype(name)
 
 
-def identity(manifest: dict) -> dict:
-    """What a state belongs to: it is valid exactly for artifacts with the same identity."""
-    return {"architecture": manifest["architecture"], "config": manifest["config"],
-            "max_seq_len": manifest["max_seq_len"],
-            "state": [{k: s[k] for k in ("name", "kind", "layer", "shape", "dtype")} for s in manifest["state"]]}
+def identity(manifest) -> dict:
+    """What a state belongs to (`manifest`: runtime.artifact.Manifest): it is valid exactly for
+    artifacts with the same identity."""
+    return {"architecture": manifest.architecture, "config": manifest.config,
+            "max_seq_len": manifest.max_seq_len,
+            "state": [{"name": s.name, "kind": s.kind, "layer": s.layer, "shape": list(s.shape), "dtype": s.dtype}
+                      for s in manifest.state]}
 
 
-def write(path: Path, manifest: dict, position: int, arrays: list[np.ndarray]) -> Path:
+def write(path: Path, manifest, position: int, arrays: list[np.ndarray]) -> Path:
     path = Path(path)
     header = {"format": FORMAT, "position": position, **identity(manifest)}
     # bf16 (ml_dtypes) has no .npy description: stored as its uint16 bits (the header has the dtype)
-    named = {s["name"]: a.view(np.uint16) if s["dtype"] == "bfloat16" else a
-             for s, a in zip(manifest["state"], arrays)}
+    named = {s.name: a.view(np.uint16) if s.dtype == "bfloat16" else a for s, a in zip(manifest.state, arrays)}
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -73,7 +74,7 @@ def _difference(saved: dict, here: dict) -> str | None:
     return None
 
 
-def read(path: Path, manifest: dict) -> tuple[int, list[np.ndarray]]:
+def read(path: Path, manifest) -> tuple[int, list[np.ndarray]]:
     """(position, arrays in manifest order) of a state file saved for an artifact like this one."""
     path = Path(path)
     if not path.is_file():
@@ -89,21 +90,21 @@ def read(path: Path, manifest: dict) -> tuple[int, list[np.ndarray]]:
             if diff:
                 raise StateFileError(f"state file {path} was saved by an artifact of a different model: {diff}")
             arrays = []
-            for s in manifest["state"]:
-                if s["name"] not in z.files:
-                    raise StateFileError(f"state file {path}: tensor '{s['name']}' is missing")
-                a = z[s["name"]]
-                if s["dtype"] == "bfloat16" and a.dtype == np.uint16:
+            for s in manifest.state:
+                if s.name not in z.files:
+                    raise StateFileError(f"state file {path}: tensor '{s.name}' is missing")
+                a = z[s.name]
+                if s.dtype == "bfloat16" and a.dtype == np.uint16:
                     a = a.view(np_dtype("bfloat16"))
-                if list(a.shape) != s["shape"] or a.dtype != np_dtype(s["dtype"]):
-                    raise StateFileError(f"state file {path}: tensor '{s['name']}' is {a.dtype}{list(a.shape)}, "
-                                         f"expected {s['dtype']}{s['shape']}")
+                if a.shape != s.shape or a.dtype != np_dtype(s.dtype):
+                    raise StateFileError(f"state file {path}: tensor '{s.name}' is {a.dtype}{list(a.shape)}, "
+                                         f"expected {s.dtype}{list(s.shape)}")
                 arrays.append(a)
     except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
         if isinstance(e, StateFileError):
             raise
         raise StateFileError(f"state file {path}: unreadable ({type(e).__name__}: {e})") from None
     position = header.get("position")
-    if not isinstance(position, int) or not 0 <= position <= manifest["max_seq_len"]:
-        raise StateFileError(f"state file {path}: position {position!r} outside [0, {manifest['max_seq_len']}]")
+    if not isinstance(position, int) or not 0 <= position <= manifest.max_seq_len:
+        raise StateFileError(f"state file {path}: position {position!r} outside [0, {manifest.max_seq_len}]")
     return position, arrays

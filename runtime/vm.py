@@ -35,17 +35,26 @@ from iree import runtime as rt
 DEVICES = ("local-task", "local-sync", "cuda")
 
 
+class VmError(RuntimeError):
+    """The module cannot be loaded here: unknown or absent device, missing file, failed initializer."""
+
+
+class UnknownDeviceError(VmError, ValueError):
+    """A device name day0 does not know (a bad argument, hence also a ValueError)."""
+
+
 def get_device(name: str) -> rt.HalDevice:
     """The HAL device called `name` (one of DEVICES); clear errors when unknown or absent."""
     if name not in DEVICES:
-        raise ValueError(f"unknown device {name!r}; known devices: {', '.join(DEVICES)}")
+        raise UnknownDeviceError(f"unknown device {name!r}; known devices: {', '.join(DEVICES)}")
     driver = name  # the device names are IREE driver names
     if driver not in rt.query_available_drivers():
-        raise RuntimeError(f"device {name!r}: this iree-base-runtime has no {driver!r} driver")
+        raise VmError(f"device {name!r}: this iree-base-runtime has no {driver!r} driver")
     try:
         return rt.get_device(name)
     except (RuntimeError, ValueError) as e:
-        raise RuntimeError(f"device {name!r} is not available on this machine: {e}") from None
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise VmError(f"device {name!r} is not available on this machine ({first})") from None
 
 
 class VmModule:
@@ -70,7 +79,7 @@ class VmModule:
         """
         vmfb_path = Path(vmfb_path)
         if not vmfb_path.is_file():
-            raise FileNotFoundError(f"no compiled module at {vmfb_path}")
+            raise VmError(f"no compiled module at {vmfb_path}")
         hal_device = get_device(device)
         instance = rt.VmInstance()
         modules = [rt.create_hal_module(instance, hal_device)]
@@ -80,7 +89,7 @@ class VmModule:
             index = rt.ParameterIndex()
             for f in files:
                 if not f.is_file():
-                    raise FileNotFoundError(f"parameter file not found: {f}")
+                    raise VmError(f"parameter file not found: {f}")
                 index.load(str(f))  # format from the extension: .safetensors / .irpa / .gguf
             provider = index.create_provider(scope=scope)
             modules.append(rt.create_io_parameters_module(instance, provider))
@@ -90,7 +99,7 @@ class VmModule:
             context = rt.VmContext(instance, modules=[*modules, module])
         except (RuntimeError, ValueError) as e:
             names = ", ".join(str(f) for f in files) or "none"
-            raise RuntimeError(f"initializing {vmfb_path} on {device} failed "
+            raise VmError(f"initializing {vmfb_path} on {device} failed "
                                f"(parameter scope {scope!r}, files: {names}): {e}") from None
         return cls(hal_device, instance, context, module, files, keepalive)
 

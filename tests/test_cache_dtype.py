@@ -24,8 +24,7 @@ def bf16_artifact(checkpoint, tmp_path_factory):
 def _eager_logits(checkpoint, cache_dtype: str, ids: torch.Tensor, p: int) -> torch.Tensor:
     from day0.models.registry import build_eager
 
-    model = build_eager(checkpoint(NAME), PARITY[NAME]["max_seq_len"])
-    model.cache_dtype = cache_dtype
+    model = build_eager(checkpoint(NAME), PARITY[NAME]["max_seq_len"], cache_dtype=cache_dtype)
     with torch.no_grad():
         logits, *state = model.step(ids[:p], torch.tensor([0]), *model.empty_state())
         assert all(s.dtype == getattr(torch, cache_dtype) for s in state)
@@ -41,7 +40,7 @@ def test_bf16_caches_compiled_match_eager(checkpoint, bf16_artifact):
 
     p = PARITY[NAME]["prompt"]
     s = Session.load(bf16_artifact)
-    assert {spec["dtype"] for spec in s.manifest["state"]} == {"bfloat16"}
+    assert {spec.dtype for spec in s.manifest.state} == {"bfloat16"}
     ids = sequence(NAME, s.vocab_size)
     got = np.concatenate([s.prefill(ids[:p].numpy())] + [s.decode(int(t))[None] for t in ids[p:]])
     want = _eager_logits(checkpoint, "bfloat16", ids, p)
@@ -74,7 +73,7 @@ def test_bf16_caches_are_the_cuda_default_and_take_the_tensor_core_kernels(check
 
     manifest = compile_checkpoint(checkpoint(NAME), tmp_path / "a", BuildOptions(target="cuda-sm90", max_seq_len=64),
                                   progress=lambda *a: None)
-    assert {spec["dtype"] for spec in manifest["state"]} == {"bfloat16"}
+    assert {spec.dtype for spec in manifest.state} == {"bfloat16"}
     vmfb = (tmp_path / "a" / "model.vmfb").read_bytes()
     assert b"day0_dsa_partial_bf16_mma" in vmfb and b"day0_indexer_scores_bf16_mma" in vmfb
 

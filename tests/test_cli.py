@@ -84,7 +84,7 @@ def test_generate_rejects_bad_values(demo):
 
 def test_inspect(demo):
     _, artifact, _ = demo
-    info = json.loads(run("inspect", artifact).stdout)
+    info = json.loads(run("inspect", artifact, "--json").stdout)
     assert info["architecture"] == "deepseek_v32" and info["max_seq_len"] == 128
     assert info["state"]["kv_cache.0"] == [128, 32 + 8]
     layers = sum(1 for name in info["state"] if name.startswith("kv_cache."))

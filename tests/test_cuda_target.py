@@ -14,11 +14,11 @@ def test_demo_model_compiles_for_sm90(tmp_path):
     out = tmp_path / "artifact"
     manifest = compile_checkpoint(ckpt, out, BuildOptions(target="cuda-sm90", max_seq_len=128),
                                   progress=lambda *a: None)
-    assert manifest["target"] == "cuda-sm90"
+    assert manifest.target == "cuda-sm90"
     entries = json.loads((out / "manifest.json").read_text())["entry_points"]
     assert entries.keys() == {"prefill", "decode", "prefill_first", "prefill_chunk"}
-    assert entries["prefill_chunk"]["len"] == 128  # the target's 512, capped at max_seq_len
-    assert "--iree-opt-level=O3" in manifest["compile_flags"]
+    assert entries["prefill_chunk"]["static_len"] == 128  # the target's 512, capped at max_seq_len
+    assert "--iree-opt-level=O3" in manifest.compile_flags
     vmfb = (out / "model.vmfb").read_bytes()
     assert b".target sm_90" in vmfb  # PTX for Hopper, not a fallback arch
     # the top-k, the DSA attention and the indexer scores run day0's kernels on CUDA
@@ -49,8 +49,8 @@ def test_kda_models_compile_for_sm90(checkpoint, tmp_path, name):
 
     manifest = compile_checkpoint(checkpoint(name), tmp_path / "a", BuildOptions(target="cuda-sm90", max_seq_len=96),
                                   progress=lambda *a: None)
-    assert "prefill_chunk" not in manifest["entry_points"]
-    assert {s["kind"] for s in manifest["state"]} >= {"kda_state", "conv_tail"}
+    assert "prefill_chunk" not in manifest.entry_points
+    assert {s.kind for s in manifest.state} >= {"kda_state", "conv_tail"}
     vmfb = (tmp_path / "a" / "model.vmfb").read_bytes()
     assert b".target sm_90" in vmfb
     if name.startswith("glm"):

@@ -1,11 +1,15 @@
 """Export keeps a decomposable day0 op whole only for targets that lower it themselves
-(passes.pipelines.kept_ops); elsewhere it becomes its reference aten body. The CUDA pipeline
+(the target's kept_ops, lowering/targets.py); elsewhere it becomes its reference aten body. The CUDA pipeline
 with the indexer kernel switched on compiles."""
 
 import pytest
 
 from day0.frontend.export import DECOMPOSABLE, export_model
-from day0.passes.pipelines import kept_ops
+from day0.lowering.targets import TARGETS, DsaShape
+
+
+def kept_ops(target: str) -> tuple[str, ...]:
+    return TARGETS[target].kept_ops
 
 
 @pytest.fixture(scope="module")
@@ -38,13 +42,10 @@ def test_keeping_does_not_leak_between_exports(demo_model):
     assert marks == [True, False, True]
 
 
-def test_cuda_pipeline_with_the_indexer_kernel_compiles(tmp_path, monkeypatch):
+def test_cuda_pipeline_with_the_indexer_kernel_compiles(tmp_path):
     from day0.lowering.driver import BuildOptions, compile_checkpoint
     from day0.tools.checkpoints.demo import ensure_demo_checkpoint
-    from day0.passes import pipelines
-
-    monkeypatch.setitem(pipelines.KEPT_OPS, "cuda-sm90", ("indexer_scores",))
-    assert "indexer-scores-to-cuda-kernel" in pipelines.pipeline_for("cuda-sm90", 16)
+    assert "indexer-scores-to-cuda-kernel" in TARGETS["cuda-sm90"].pipeline(DsaShape(16))
     compile_checkpoint(ensure_demo_checkpoint(tmp_path / "ckpt"), tmp_path / "a",
                        BuildOptions(target="cuda-sm90", max_seq_len=64), progress=lambda *a: None)
     assert b"day0_indexer_scores_f32" in (tmp_path / "a" / "model.vmfb").read_bytes()

@@ -262,19 +262,19 @@ def test_compiled_multi_turn(reference, artifact):
 
 def test_block_tiles_pipeline_on_the_model(checkpoint):
     """The exported model through the llvm-cpu pipeline with pool-sized block tiles (what
-    lowering/driver.py would pass as pipeline_for(..., dsa_block=model.dsa_block())): every DSA op
+    lowering/driver.py builds from model.dsa_block()): every DSA op
     is expanded with one block gather per pool. (Export only, one config, to keep the suite short;
     the block form's numerics are tests/test_dsa_to_gather_tiles.py's.)"""
     name = "glm-dsa-first"
     from day0.frontend.export import export_model
     from day0.frontend.ir import new_context, parse_module
     from day0.passes.pipeline import run_pipeline
-    from day0.passes.pipelines import pipeline_for
+    from day0.lowering.targets import TARGETS, DsaShape
 
     model = _model(checkpoint, name)
     assert model.dsa_block() == model.cfg.index_kpool
     text = export_model(model, model.max_seq_len).mlir
-    pipeline = pipeline_for("llvm-cpu", model.selection_width(), 64, dsa_block=model.dsa_block())
+    pipeline = TARGETS["llvm-cpu"].pipeline(DsaShape(model.selection_width(), model.dsa_block(), 64))
     assert f"dsa-to-gather-tiles{{block={model.cfg.index_kpool}}}" in pipeline
     with new_context():
         m = parse_module(text)

@@ -152,7 +152,7 @@ def test_static_prefill_chunk_entry(artifact):
     from day0.runtime.session import Session
 
     s = Session.load(artifact("ds-tiles"))
-    assert s.manifest["entry_points"]["prefill_chunk"]["len"] == s._chunk_len == 16
+    assert s.manifest.entry_points["prefill_chunk"].static_len == s._chunk_len == 16
     assert Session.load(artifact("ds-sparse"))._chunk_len == 0
     asked = BuildOptions(prefill_chunk=16, max_seq_len=64)
     assert prefill_chunk(object.__new__(DeepseekV32), asked) == 16

@@ -2,6 +2,7 @@
 belongs to another model, cleared by reset; per-kind byte counts (MLA latent, indexer keys, KDA
 recurrent state, conv tails)."""
 
+import dataclasses
 import json
 import shutil
 
@@ -44,8 +45,8 @@ def test_reset_clears_every_kind_of_state(artifact):
 def test_state_bytes_per_kind(artifact):
     s = Session.load(artifact("kl-base"))
     by_kind = {}
-    for spec in s.manifest["state"]:
-        by_kind[spec["kind"]] = by_kind.get(spec["kind"], 0) + 4 * int(np.prod(spec["shape"]))
+    for spec in s.manifest.state:
+        by_kind[spec.kind] = by_kind.get(spec.kind, 0) + 4 * int(np.prod(spec.shape))
     assert set(by_kind) == {"mla_latent", "kda_state", "conv_tail"}
     assert s.state_bytes() == by_kind
 
@@ -61,7 +62,7 @@ def test_state_of_another_config_is_refused(artifact, tmp_path):
     kimi = Session.load(artifact("kl-base"))
     with pytest.raises(StateFileError, match=r"architecture is 'deepseek_v32' there, 'kimi_linear' here"):
         kimi.load_state(path)
-    longer = dict(a.manifest, max_seq_len=a.manifest["max_seq_len"] * 2)
+    longer = dataclasses.replace(a.manifest, max_seq_len=a.manifest.max_seq_len * 2)
     with pytest.raises(StateFileError, match=r"max_seq_len is 64 there, 128 here"):
         state_file.read(path, longer)
 
@@ -79,7 +80,7 @@ def test_broken_state_files(artifact, tmp_path):
         s.load_state(tmp_path / "cut.npz")
     with np.load(good) as z:
         arrays = {k: z[k] for k in z.files}
-    name = s.manifest["state"][0]["name"]
+    name = s.manifest.state[0].name
     arrays[name] = arrays[name][:-1]
     np.savez(tmp_path / "short.npz", **arrays)
     with pytest.raises(StateFileError, match=rf"tensor '{name}' is float32\[63, "):

@@ -3,7 +3,11 @@ NVIDIA GPU) its selection equals a stable sort's. Its PTX and ABI: tests/test_cu
 
 import pytest
 
-from day0.passes.pipelines import pipeline_for
+from day0.lowering.targets import TARGETS, DsaShape
+
+
+def pipeline_for(target: str, width: int) -> str:
+    return TARGETS[target].pipeline(DsaShape(width))
 
 
 def test_cuda_pipeline_sends_every_topk_to_the_radix_select():

@@ -20,9 +20,10 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from day0.runtime.artifact import ArtifactError
     from day0.runtime.session import SessionError
     from day0.runtime.tokenizer import TokenizerError
+    from day0.runtime.vm import VmError
 
     return (BuildError, CompileError, CheckpointError, ConfigError, PassError, ArtifactError,
-            SessionError, TokenizerError, Mxfp4Error, ValueError)
+            SessionError, TokenizerError, Mxfp4Error, VmError, ValueError)
 
 
 def cmd_compile(a) -> int:
@@ -32,8 +33,7 @@ def cmd_compile(a) -> int:
                         extra_flags=tuple(a.iree_flags), prefill_chunk=a.prefill_chunk,
                         cache_dtype=a.cache_dtype)
     manifest = compile_checkpoint(Path(a.checkpoint), Path(a.output), opts)
-    print(f"wrote {a.output} ({manifest['architecture']}, target {manifest['target']}, "
-          f"max_seq_len {manifest['max_seq_len']})")
+    print(f"wrote {a.output} ({manifest.architecture}, target {manifest.target}, max_seq_len {manifest.max_seq_len})")
     return 0
 
 
@@ -67,17 +67,11 @@ def cmd_generate(a) -> int:
 
 
 def cmd_inspect(a) -> int:
-    from day0.runtime.artifact import read_manifest, state_bytes
+    from day0.runtime.artifact import read_manifest
+    from day0.tools.artifact_summary import summary_json, summary_text
 
     m = read_manifest(Path(a.artifact), verify=not a.no_verify)
-    summary = {k: m[k] for k in ("architecture", "target", "max_seq_len", "vocab_size", "entry_points",
-                                 "compile_flags", "tools")}
-    summary["state"] = {s["name"]: s["shape"] for s in m["state"]}
-    summary["state_bytes"] = state_bytes(m)
-    summary["parameters"] = {"base_dir": m["parameters"]["base_dir"], "count": m["parameters"]["count"],
-                             "files": [f["path"] for f in m["parameters"]["files"]],
-                             "bytes": sum(f["size"] for f in m["parameters"]["files"])}
-    print(json.dumps(summary, indent=2))
+    print(json.dumps(summary_json(m), indent=2) if a.json else summary_text(Path(a.artifact), m))
     return 0
 
 
@@ -112,6 +106,10 @@ def cmd_quantize(a) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
+    from day0.lowering.driver import DEFAULT_MAX_SEQ_LEN
+    from day0.lowering.targets import TARGETS
+    from day0.models.base import CACHE_DTYPES
+
     p = argparse.ArgumentParser(prog="day0", description="Day-0 adaptation: checkpoint in, compiled artifact out.")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -119,14 +117,15 @@ def parser() -> argparse.ArgumentParser:
                        usage="day0 compile CHECKPOINT -o OUTPUT [options] [-- IREE_COMPILE_FLAGS ...]")
     c.add_argument("checkpoint")
     c.add_argument("-o", "--output", required=True)
-    c.add_argument("--target", default="llvm-cpu", choices=["llvm-cpu", "cuda-sm90"])
-    c.add_argument("--max-seq-len", type=int, default=4096)
+    c.add_argument("--target", default="llvm-cpu", choices=list(TARGETS),
+                   help="; ".join(f"{t.name}: {t.description}" for t in TARGETS.values()))
+    c.add_argument("--max-seq-len", type=int, default=DEFAULT_MAX_SEQ_LEN)
     c.add_argument("--dump-stages", action="store_true", help="write the IR after each stage to OUTPUT/stages/")
     c.add_argument("--prefill-chunk", type=int, default=None,
                    help="static prefill length prompts run in (default: the target's; 0: none)")
-    c.add_argument("--cache-dtype", default=None, choices=["float32", "bfloat16"],
+    c.add_argument("--cache-dtype", default=None, choices=list(CACHE_DTYPES),
                    help="dtype of the latent / indexer caches (bfloat16: deepseek_v32); default: the "
-                        "target's for models that support bf16 caches (bfloat16 on cuda-sm90), else float32")
+                        "target's for models that support bf16 caches, else float32")
     # extra iree-compile flags come after `--` (split off in main: argparse would give the
     # empty-matching positional nothing once the checkpoint is read, then reject the flags)
     c.set_defaults(iree_flags=[])
@@ -142,12 +141,14 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--top-k", type=int, default=0)
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--seed", type=int, default=None)
-    g.add_argument("--device", default="local-task")
+    g.add_argument("--device", default=None, help="runtime device (local-task, local-sync, cuda); default: the "
+                   "artifact's (its target's first)")
     g.set_defaults(run=cmd_generate)
 
-    i = sub.add_parser("inspect", help="print an artifact's manifest summary")
+    i = sub.add_parser("inspect", help="describe an artifact: model, parameters, target, entry points, state")
     i.add_argument("artifact")
     i.add_argument("--no-verify", action="store_true", help="skip the hash checks")
+    i.add_argument("--json", action="store_true", help="print the summary as JSON")
     i.set_defaults(run=cmd_inspect)
 
     q = sub.add_parser("quantize", help="write a copy of a checkpoint with its routed experts in MXFP4")

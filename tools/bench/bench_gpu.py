@@ -55,7 +55,8 @@ SEED = 0
 # piece modules `run` and `table` import whichever pieces a package holds.
 _SHIPPED = ["runtime/__init__.py", "runtime/vm.py", "tools/__init__.py", "tools/bench/__init__.py", "tools/bench/bench_gpu.py", "tools/bench/timing.py",
             "tools/bench/bench_e2e.py", "tools/bench/bench_gpu_glm5.py",
-            "frontend/__init__.py", "frontend/ops.py", "models/__init__.py", "models/moe.py", "models/layers.py"]
+            "frontend/__init__.py", "frontend/ops.py", "models/__init__.py", "models/moe.py", "models/layers.py",
+            "lowering/__init__.py", "lowering/kernel_geometry.py"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -137,10 +138,10 @@ def _compile(module, args, pipeline: str, target: str, out: Path) -> None:
     from day0.frontend import ops
     from day0.frontend.ir import new_context, parse_module
     from day0.lowering.compile import compile_mlir
+    from day0.lowering.targets import get_target
     from day0.passes.pipeline import run_pipeline
-    from day0.passes.pipelines import kept_ops
 
-    with new_context(), ops.keeping(kept_ops(target)):  # as frontend.export does for the model
+    with new_context(), ops.keeping(get_target(target).kept_ops):  # as frontend.export does for the model
         m = parse_module(str(fx.export_and_import(module, *args, output_type="raw", func_name="main")))
         run_pipeline(m, pipeline)
         text = str(m)
@@ -154,31 +155,29 @@ E2E_GOALS_MS = {"decode_ms": 2.0, "ttft_ms": 100.0}  # at 4K context
 def package(out: Path, config: str, target: str, pieces=PIECES, cache: Path = Path(".cache/bench-gpu-ckpt")) -> None:
     import torch
 
+    from day0.lowering.targets import DsaShape, get_target
     from day0.tools.bench import bench_e2e, bench_gpu_glm5
-
-    from day0.passes.pipelines import RADIX_MIN_ROW, dsa_tile, kept_ops
 
     cfg = CONFIGS[config]
     out.mkdir(parents=True, exist_ok=True)
     gen = torch.Generator().manual_seed(SEED)
-    topk = f"topk-to-radix-select{{min-size={RADIX_MIN_ROW}}}," if target == "cuda-sm90" else ""
-    mxfp4 = "mxfp4-to-cuda-matvec" if target == "cuda-sm90" else "fuse-mxfp4-matmul"
-    index = "indexer-scores-to-cuda-kernel," if "indexer_scores" in kept_ops(target) else ""
+    # each piece through the target's own lowering of its ops (lowering/targets.py)
+    mxfp4 = get_target(target).pipeline(roles=("mxfp4",))
+    dsa = get_target(target).pipeline(DsaShape(cfg["dsa"]["top_k"]), roles=("indexer", "topk", "dsa"))
     entries = {}
     big = lambda ts: [t if t.numel() < 2**20 else torch.empty_like(t) for t in ts]  # noqa: E731 (shapes only)
     moe_args = big(_moe_inputs(cfg["moe"], "cpu", gen))
     for r in (1, cfg["reps"]) if "moe" in pieces else ():
         name = f"moe_r{r}"
-        _compile(moe_steps(r), moe_args, f"builtin.module({mxfp4})", target, out / f"{name}.vmfb")
+        _compile(moe_steps(r), moe_args, mxfp4, target, out / f"{name}.vmfb")
         entries[name] = {"piece": "moe", "reps": r}
     d = cfg["dsa"]
-    dsa = "dsa-to-cuda-kernel" if target == "cuda-sm90" else f"dsa-to-gather-tiles{{tile={dsa_tile(d['top_k'])}}}"
     for T in d["contexts"] if "dsa" in pieces else ():
         args = big(_dsa_inputs(d, T, "cpu", gen))
         for r in (1, cfg["reps"]):
             name = f"dsa_{T}_r{r}"
             steps = dsa_steps(r, d["top_k"], d["latent"], d["index_heads"], d["index_dim"])
-            _compile(steps, args, f"builtin.module({index}{topk}topk-to-linalg-ext,{dsa})", target, out / f"{name}.vmfb")
+            _compile(steps, args, dsa, target, out / f"{name}.vmfb")
             entries[name] = {"piece": "dsa", "context": T, "reps": r}
     e2e = bench_e2e.package(out, config, target, cache) if "e2e" in pieces else None
     glm5 = bench_gpu_glm5.package(out, config, target, cache) if "glm5" in pieces else None

@@ -18,11 +18,14 @@ from pathlib import Path
 import numpy as np
 
 S = 12  # the sequence length the cases run at (exported dynamic)
-# Each target's forms of day0's rewrites (the op-level parts of passes.pipelines.pipeline_for).
-_PIPELINES = {
-    "llvm-cpu": "builtin.module(topk-to-linalg-ext,fuse-mxfp4-matmul,dsa-to-gather-tiles{tile=4})",
-    "cuda-sm90": "builtin.module(topk-to-radix-select,mxfp4-to-cuda-matvec,dsa-to-cuda-kernel)",
-}
+
+
+def _pipeline(target: str) -> str:
+    """The target's own lowering of the ops the cases hold (lowering/targets.py); the DSA cases
+    select 8 slots, gathered in tiles of 4 on the CPU."""
+    from day0.lowering.targets import DsaShape, get_target
+
+    return get_target(target).pipeline(DsaShape(8, preferred_tile=4), roles=("topk", "mxfp4", "dsa"))
 
 
 def _cases():
@@ -91,7 +94,7 @@ def build(out: Path, target: str) -> None:
         for tgt, suffix in (("llvm-cpu", "cpu"), (target, "gpu")):
             with new_context():
                 module = parse_module(text)
-                run_pipeline(module, _PIPELINES[tgt])
+                run_pipeline(module, _pipeline(tgt))
                 compile_mlir(str(module), tgt, out / f"{name}.{suffix}.vmfb")
         inputs = [a.numpy() for a in args]
         want = VmModule.load(out / f"{name}.cpu.vmfb").function("main")(*inputs).to_host()

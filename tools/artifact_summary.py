@@ -1,0 +1,75 @@
+"""`day0 inspect`: what a person wants to know about an artifact, from its manifest.
+
+    summary_text(dir, manifest)  the readable form (default)
+    summary_json(manifest)       the same facts as JSON (`--json`), for scripts
+"""
+
+from pathlib import Path
+
+# config.json fields that say how big a model is, shown when the checkpoint has them
+_SIZE_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "n_routed_experts", "num_local_experts",
+                "num_experts_per_tok", "vocab_size")
+
+
+def summary_json(m) -> dict:
+    """The manifest's facts (runtime.artifact.Manifest) as a JSON-able dict."""
+    return {
+        "architecture": m.architecture,
+        "target": m.target,
+        "devices": list(m.devices),
+        "max_seq_len": m.max_seq_len,
+        "vocab_size": m.vocab_size,
+        "entry_points": {name: {"inputs": list(e.inputs), "outputs": list(e.outputs), "min_len": e.min_len,
+                                "static_len": e.static_len} for name, e in m.entry_points.items()},
+        "state": {s.name: list(s.shape) for s in m.state},
+        "state_bytes": m.state_bytes(),
+        "parameters": {"base_dir": m.parameters.base_dir, "count": m.parameters.count,
+                       "files": [f.path for f in m.parameters.files], "bytes": m.parameters.nbytes},
+        "compile_flags": list(m.compile_flags),
+        "tools": m.tools,
+    }
+
+
+def size(n: int) -> str:
+    """Bytes in the largest binary unit that keeps the number >= 1 (`1.5 MiB`)."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def _entry(name: str, e) -> str:
+    if e.static_len:
+        return f"{name} (exactly {e.static_len} tokens)"
+    if e.min_len > 1:
+        return f"{name} (>= {e.min_len} tokens)"
+    return f"{name} (1 token)" if name == "decode" else name
+
+
+def summary_text(artifact_dir: Path, m) -> str:
+    """The manifest (runtime.artifact.Manifest) of the artifact at artifact_dir, for reading."""
+    shape = ", ".join(f"{k} {m.config[k]}" for k in _SIZE_FIELDS if k in m.config)
+    lines = [
+        f"artifact      {artifact_dir} (format {m.format_version})",
+        f"architecture  {m.architecture}" + (f" ({shape})" if shape else ""),
+        f"target        {m.target}, runs on {', '.join(m.devices)}",
+        f"max_seq_len   {m.max_seq_len}",
+        f"parameters    {m.parameters.count} tensors, {size(m.parameters.nbytes)} in "
+        f"{len(m.parameters.files)} file(s) under {m.parameters.base_dir}",
+    ]
+    lines += [f"                {f.path}  {size(f.size)}" for f in m.parameters.files]
+    lines.append(f"entry points  {', '.join(_entry(n, e) for n, e in m.entry_points.items())}")
+    by_kind: dict[str, list] = {}
+    for s in m.state:
+        by_kind.setdefault(s.kind, []).append(s)
+    total = sum(s.nbytes for s in m.state)
+    lines.append(f"state         {size(total)} on the device for one sequence of up to {m.max_seq_len} tokens")
+    for kind, specs in by_kind.items():
+        dtypes = "/".join(sorted({s.dtype for s in specs}))
+        shapes = sorted({"x".join(map(str, s.shape)) for s in specs})
+        lines.append(f"                {kind:<14} {len(specs):>3} x [{', '.join(shapes)}] {dtypes:<9} "
+                     f"{size(sum(s.nbytes for s in specs))}")
+    lines.append(f"compile flags {' '.join(m.compile_flags)}")
+    lines.append(f"tools         {', '.join(f'{k} {v}' for k, v in m.tools.items())}")
+    return "\n".join(lines)
