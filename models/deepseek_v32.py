@@ -4,11 +4,11 @@ The module tree mirrors the checkpoint's tensor names exactly (`model.layers.{i}
 so `state_dict()` keys are the safetensors keys and the compiled artifact can name every weight
 as an IREE parameter read straight from the original shards.
 
-State is explicit: two functional entry points take and return the caches
-    prefill(ids [S] i64, start [1] i64, *kv_caches, *index_caches) -> (logits [S, V], *caches)
-    decode(token [1] i64, pos [1] i64, *kv_caches, *index_caches)  -> (logits [1, V], *caches)
-with per layer kv_cache [T, kv_lora_rank + qk_rope_head_dim] and index_cache [T, index_head_dim]
-(T = max_seq_len), both float32.
+State is explicit: `step` takes and returns the caches
+    step(ids [S] i64, start [1] i64, *kv_caches, *index_caches) -> (logits [S, V], *caches)
+(exported as prefill, decode, prefill_first and prefill_chunk) with per layer kv_cache
+[T, kv_lora_rank + qk_rope_head_dim] and index_cache [T, index_head_dim] (T = max_seq_len), both
+in the model's cache dtype (float32 or bfloat16; the math is float32).
 """
 
 import torch

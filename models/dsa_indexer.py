@@ -11,7 +11,7 @@ that; the exported path uses aten.topk, which IREE lowers keeping the lower inde
 Invisible slots come back as -1, the empty-slot marker `day0::dsa_attention` understands.
 They are masked with a large finite negative score, not -inf: IREE's CUDA top-k does not insert
 elements equal to its -inf initial value, so a row with fewer visible keys than k came back with
-position 0 repeated (measured on the H200 by tools/bench/gpu_op_check.py).
+position 0 repeated (seen on the H200 with tools/bench/gpu_op_check.py).
 """
 
 import torch

@@ -1,5 +1,6 @@
-"""Kimi Delta Attention (KDA): the gated delta rule with a per-channel decay (MODELS.md), in the
-two forms the model needs, each on one sequence (no batch dim), float32 throughout:
+"""Kimi Delta Attention (KDA): the gated delta rule with a per-channel decay (as transformers'
+KimiLinear defines it), in the two forms the model needs, each on one sequence (no batch dim),
+float32 throughout:
 
     kda_recurrent  token by token (decode, and the reference)
     kda_chunked    chunks of `chunk` tokens (prefill): within a chunk the WY form (cumulative

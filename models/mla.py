@@ -72,9 +72,9 @@ class SparseMLA(nn.Module):
 def absorb_uk(q_nope: Tensor, w_uk: Tensor) -> Tensor:
     """q_lat[s, h] = W_uk[h]ᵀ q_nope[s, h]: q_nope [S, H, n], w_uk [H, n, r] -> [S, H, r].
 
-    A batched matmul with the head as its batch dim (bmm over [H, S, n]), not the einsum
-    "shn,hnr->shr": IREE compiles that einsum as one generic contraction with the batch dim inside
-    (3.4 ms a 512-token chunk on the H200, ~0.3 TFLOP/s), the bmm as a batch matmul."""
+    A batched matmul with the head as its batch dim (bmm over [H, S, n]) rather than the einsum
+    "shn,hnr->shr". IREE folds the transposes back into one generic contraction either way; on
+    cuda-sm90 matmul-to-bf16-terms turns it into bf16 tensor-core products (docs/perf.md, e2e)."""
     return torch.bmm(q_nope.transpose(0, 1), w_uk).transpose(0, 1)
 
 

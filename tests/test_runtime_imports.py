@@ -1,5 +1,5 @@
 """The runtime loads and runs an artifact without importing PyTorch or the compiler: a GPU host
-may have neither (PERF.md), and torch alone costs ~200 MB of resident memory."""
+may have neither, and torch alone costs hundreds of MB of resident memory."""
 
 import subprocess
 import sys
