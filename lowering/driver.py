@@ -53,8 +53,6 @@ def prefill_chunk(model, options: "BuildOptions") -> int:
     from day0.lowering.targets import get_target
 
     c = get_target(options.target).prefill_chunk if options.prefill_chunk is None else options.prefill_chunk
-    if c < 0:
-        raise BuildError(f"--prefill-chunk must be >= 0 (got {c})")
     if not model.position_indexed_state:
         return 0
     return min(c, options.max_seq_len) if c >= 2 else 0
@@ -125,6 +123,8 @@ def compile_checkpoint(checkpoint_dir: Path, out_dir: Path, options: BuildOption
     target = get_target(options.target)  # unknown target: clear error before any work
     if options.max_seq_len < 2:
         raise BuildError(f"--max-seq-len must be at least 2 (got {options.max_seq_len})")
+    if options.prefill_chunk is not None and options.prefill_chunk < 0:
+        raise BuildError(f"--prefill-chunk must be >= 0 (got {options.prefill_chunk})")
 
     progress("read", "start")
     ckpt = Checkpoint.open(checkpoint_dir)
