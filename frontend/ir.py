@@ -5,12 +5,10 @@ well as IREE's own (util, flow, iree_linalg_ext), so one context can hold an imp
 our rewrites, and the IREE ops they emit. Everything else imports MLIR names from here.
 """
 
-from iree.compiler import ir, passmanager  # noqa: F401
+from iree.compiler import ir  # noqa: F401
 from iree.compiler.ir import (  # noqa: F401
     Attribute,
-    Block,
     Context,
-    DenseElementsAttr,
     FlatSymbolRefAttr,
     FloatAttr,
     FunctionType,
@@ -26,7 +24,6 @@ from iree.compiler.ir import (  # noqa: F401
     TypeAttr,
     Value,
 )
-from iree.compiler.passmanager import PassManager  # noqa: F401
 
 MLIRError = ir.MLIRError
 
