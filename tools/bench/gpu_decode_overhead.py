@@ -29,9 +29,9 @@ def measure(artifact: str, checkpoint: str | None, device: str, reps: int, promp
     s.prefill(ids)
     pos = s.position
     state = list(s._state)
-    vm, decode = s._vm, s._decode
+    vm, (decode, extra) = s._vm, s._decode
     tok = vm.to_device(np.array([1], np.int64))
-    first_state = 1 + s._decode_extra  # decode returns logits, [next token], *state
+    first_state = 1 + extra  # decode returns logits, [next token], *state
     at = vm.to_device(np.array([pos], np.int64))
 
     def bare():  # every argument resident; results stay on the device
