@@ -17,13 +17,13 @@ Pieces (GLM-5.3-Flash shapes in the `full` config):
         keys, top-2048, MQA of 64 heads over the selected 512-d latent rows; at T = 32K, 128K,
         1M. day0 (indexer + radix top-k + dsa-to-gather-tiles) vs PyTorch dense MQA over all T
         rows vs PyTorch eager sparse (the same steps in eager ops). Caches in bf16.
-  e2e   PERF.md's 4.9B deepseek_v32 end to end (tools/bench/bench_e2e.py): decode ms per token and time
+  e2e   the 4.9B deepseek_v32 (docs/perf.md) end to end (tools/bench/bench_e2e.py): decode ms per token and time
         to first token at 1K and 4K, day0 with f32 and with bf16 caches vs transformers eager.
   glm5  `make bench`'s small glm5_next (tools/bench/bench_gpu_glm5.py): prefill and decode tokens/s, day0
         vs transformers eager on the GPU, with a teacher-forced check against it.
 Limit: the bytes a step must read ÷ the measured device copy bandwidth (read + write).
 
-Timing: a day0 call has a host floor (~100 µs on the H200); each vmfb is compiled twice, with the
+Timing: a day0 call has a host floor (docs/perf.md); each vmfb is compiled twice, with the
 step once and R times chained (each step's output feeds the next one's input), and the device
 time of one step is (t_R − t_1) / (R − 1). PyTorch times are CUDA-event medians per call.
 """
