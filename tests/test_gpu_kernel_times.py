@@ -1,5 +1,7 @@
-"""tools/bench/gpu_kernel_times.py launches day0's kernels without IREE: its launch tables must stay what
-the passes dispatch (entry, grid, push constants, binding count) and what the PTX declares."""
+"""tools/bench/gpu_kernel_times.py launches day0's kernels without IREE, with the geometry of
+lowering/kernel_geometry.py that the passes read too. Pinned here: each launch is what the pass's
+dispatch text says (executable, entry, grid, push constants, binding count, CTA size), for sizes
+the text computes at run time too, and each launch's entry is in the PTX with those parameters."""
 
 import ctypes
 import re
@@ -7,13 +9,14 @@ import re
 import pytest
 import torch
 
-from day0.passes import dsa_to_cuda_kernel, indexer_scores_to_cuda_kernel, mxfp4_to_cuda_matvec
+from day0.lowering import kernel_geometry as kg
+from day0.passes import dsa_to_cuda_kernel, indexer_scores_to_cuda_kernel, mxfp4_to_cuda_matvec, topk_to_radix_select
 from day0.passes.extern_dispatch import kernel_ptx
-from day0.tools.bench import cuda_launch, gpu_kernel_times as gkt
+from day0.tools import build_kernels
+from day0.tools.bench import cuda_launch
+from day0.tools.bench import gpu_kernel_times as gkt
 
-PASSES = {gkt.INDEXER_PTX: indexer_scores_to_cuda_kernel, gkt.DSA_PTX: dsa_to_cuda_kernel,
-          gkt.MXFP4_PTX: mxfp4_to_cuda_matvec, gkt.MXFP4_GEMM_PTX: mxfp4_to_cuda_matvec}
-ABIS = {gkt.MXFP4_GEMM_PTX: mxfp4_to_cuda_matvec.GEMM_ABI}  # a PTX's kernels, where not its pass's KERNEL_ABI
+KERNEL_SETS = {ks.ptx: ks for ks in kg.KERNEL_SETS}
 
 
 def _entries(ptx: str) -> dict[str, list[str]]:
@@ -50,136 +53,144 @@ def _dispatches(text: str, dims: dict[str, int]) -> list[tuple[str, str, tuple, 
     return out
 
 
-def _abi_row(ptx: str, entry: str):
-    return next(row for row in ABIS.get(ptx, PASSES[ptx].KERNEL_ABI) if row[0] == entry)
+def _check_dispatch(dispatch, kernels: kg.KernelSet, grid: tuple, constants: tuple) -> None:
+    """A pass's dispatch is of an entry of `kernels` over `grid` with push constants `constants`
+    (compared as i32 bits), then only tensors."""
+    executable, entry, got_grid, operands = dispatch
+    _, read_only, n_constants, workload = kernels.entry(entry)
+    assert executable == kernels.executable, entry
+    assert got_grid == grid and grid[workload:] == (1,) * (3 - workload), entry
+    assert len(constants) == n_constants, entry
+    assert [c & 0xFFFFFFFF for c in constants] == [v & 0xFFFFFFFF for v in operands[:n_constants]], entry
+    assert all(v is None for v in operands[n_constants:]) and len(operands) - n_constants <= len(read_only), entry
 
 
 def _same(launch: gkt.Launch, dispatch) -> None:
-    _, entry, grid, operands = dispatch
-    name, read_only, constants, workload = _abi_row(launch.ptx, entry)
-    assert launch.entry == entry
-    assert launch.grid == grid, entry
-    assert launch.block == PASSES[launch.ptx].THREADS
-    assert len(launch.buffers) == len(read_only) and len(launch.constants) == constants, entry
-    # push constants first (i32 bits), then the operand tensors
-    assert [c & 0xFFFFFFFF for c in launch.constants] == [v & 0xFFFFFFFF for v in operands[:constants]], entry
-    assert all(v is None for v in operands[constants:]), entry
+    """The tool's launch is the pass's dispatch."""
+    kernels = KERNEL_SETS[launch.ptx]
+    assert launch.entry == dispatch[1] and launch.block == kernels.threads
+    assert len(launch.buffers) == len(kernels.entry(launch.entry).read_only), launch.entry
+    _check_dispatch(dispatch, kernels, launch.grid, launch.constants)
 
 
-def test_script_geometry_constants_are_the_passes():
-    P = indexer_scores_to_cuda_kernel
-    assert (gkt.INDEXER_PTX, gkt.INDEXER_KEYS_PER_CTA, gkt.INDEXER_MMA_CTAS, gkt.INDEXER_MMA_MAX_KEYS) == (
-        P.KERNEL_PTX, P.KEYS_PER_CTA, P.MMA_CTAS, P.MMA_MAX_KEYS)
-    assert (gkt.DSA_PTX, gkt.DSA_ROWS_PER_SPLIT, gkt.DSA_HEADS_PER_CTA) == (
-        dsa_to_cuda_kernel.KERNEL_PTX, dsa_to_cuda_kernel.ROWS_PER_SPLIT, dsa_to_cuda_kernel.HEADS_PER_CTA)
-    P2 = dsa_to_cuda_kernel
-    assert (gkt.DSA_MMA_HEADS_PER_CTA, gkt.DSA_MMA_MAX_V, gkt.DSA_MMA_V_PER_CTA, gkt.DSA_MMA_ROWS_DECODE,
-            gkt.DSA_MMA_ROWS_PREFILL) == (P2.MMA_HEADS_PER_CTA, P2.MMA_MAX_V, P2.MMA_V_PER_CTA, P2.MMA_ROWS_DECODE,
-                                          P2.MMA_ROWS_PREFILL)
-    for dt in ("f32", "bf16"):
-        for S in (1, 2, None):
-            for D, V in ((512, 512), (576, 512), (64, 64), (72, 64), (100, 64), (576, 520), (64, 72), (1024, 1024)):
-                assert gkt.dsa_mma_rows(dt, S, D, V) == P2.mma_rows(dt, S, D, V), (dt, S, D, V)
-    assert (gkt.MXFP4_PTX, gkt.MXFP4_ROWS_PER_CTA) == (mxfp4_to_cuda_matvec.KERNEL_PTX, mxfp4_to_cuda_matvec.ROWS_PER_CTA)
-    assert (gkt.MXFP4_GEMM_PTX, gkt.MXFP4_GEMM_COLS_PER_CTA) == (mxfp4_to_cuda_matvec.GEMM_PTX,
-                                                             mxfp4_to_cuda_matvec.GEMM_COLS_PER_CTA)
-    assert gkt.THREADS == P.THREADS == dsa_to_cuda_kernel.THREADS == mxfp4_to_cuda_matvec.THREADS
-    for T in (1, 127, 128, 129, 32768, 131072, 1 << 20, 5_000_000):
-        for kernel in ("f32", "bf16", "bf16_mma"):
-            assert gkt.indexer_grid_x(kernel, T) == P.grid_x(kernel, T)
-
-
-@pytest.mark.parametrize("T", gkt.CONTEXTS)
-def test_indexer_launch_is_the_pass_dispatch(T):
+@pytest.mark.parametrize("S,T", [(1, T) for T in gkt.CONTEXTS] + [(3, 1), (2, 127), (1, 5_000_000)])
+def test_indexer_launches_are_the_pass_dispatches(S, T):
     P = indexer_scores_to_cuda_kernel
     H, D, scale = gkt.INDEXER["H"], gkt.INDEXER["D"], gkt.INDEXER["scale"]
-    for kernel in ("f32", "bf16", "bf16_mma"):
-        launch = gkt.indexer_launch(kernel, 1, H, D, T, scale)
+    for kernel in kg.INDEXER_KERNELS:
+        launch = gkt.indexer_launch(kernel, S, H, D, T, scale)
         for static_t in (T, None):  # the dynamic-T form computes the same grid at run time
-            (d,) = _dispatches(P.function_text(kernel, H, D, static_t, scale), {"%s": 1, "%t": T})
-            assert d[0] == P.EXECUTABLE
+            (d,) = _dispatches(P.function_text(kernel, H, D, static_t, scale), {"%s": S, "%t": T})
             _same(launch, d)
-    launches = gkt.all_launches()
-    assert launches[f"indexer_bf16_mma_T{T}"] == gkt.indexer_launch("bf16_mma", 1, H, D, T, scale)
+    if S == 1 and T in gkt.CONTEXTS:
+        assert gkt.all_launches()[f"indexer_bf16_mma_T{T}"] == gkt.indexer_launch("bf16_mma", 1, H, D, T, scale)
 
 
-@pytest.mark.parametrize("T", gkt.CONTEXTS)
-def test_dsa_launches_are_the_pass_dispatches(T):
-    c = gkt.DSA
-    rows = dsa_to_cuda_kernel.mma_rows("bf16", 1, c["D"], c["V"])
-    assert rows == dsa_to_cuda_kernel.MMA_ROWS_DECODE  # the benchmark times the tensor-core kernels
-    text = dsa_to_cuda_kernel.function_text("bf16", c["H"], c["D"], T, c["K"], c["V"], c["D"] ** -0.5, rows)
-    partial, combine = _dispatches(text, {"%s": 1})
-    launches = gkt.all_launches()
-    _same(launches[f"dsa_partial_T{T}"], partial)
-    _same(launches[f"dsa_combine_T{T}"], combine)
-    _dsa_out_is_f32(text, c["H"], c["V"])
+DSA_CASES = [("bf16", 1, 64, 512, T, 2048, 512) for T in gkt.CONTEXTS] + [
+    ("bf16", 512, 16, 576, 4224, 2048, 512), ("bf16", 3, 64, 576, 4096, 2048, 512), ("bf16", 1, 40, 72, 100, 77, 64),
+    ("bf16", 2, 128, 576, 700, 100, 512), ("bf16", 1, 16, 100, 64, 300, 64), ("f32", 1, 64, 576, 4096, 2048, 512),
+    ("f32", 2, 8, 96, 64, 300, 64)]
 
 
-def _dsa_out_is_f32(text: str, H: int, V: int) -> None:
-    """The combine dispatch (and the function) returns what the script's out buffer holds: f32
-    for either q/kv dtype."""
-    (result,) = re.findall(r"flow\.dispatch @\w+::@day0_dsa_combine_\w+\[[^\n]*\n[^\n]*-> (tensor<[^>]*>)", text)
-    assert result == f"tensor<?x{H}x{V}x{gkt.DSA_OUT_DTYPE}>" == f"tensor<?x{H}x{V}xf32>"
-    assert re.search(r"-> " + re.escape(result) + r" \{", text), "the function's result type"
-
-
-@pytest.mark.parametrize("dt,S,H,D,T,K,V", [("bf16", 3, 64, 576, 4096, 2048, 512), ("bf16", 1, 40, 72, 100, 77, 64),
-                                            ("bf16", 2, 128, 576, 700, 100, 512), ("bf16", 1, 16, 100, 64, 300, 64),
-                                            ("f32", 1, 64, 576, 4096, 2048, 512), ("f32", 2, 8, 96, 64, 300, 64)])
-def test_dsa_launch_tables_for_other_shapes(dt, S, H, D, T, K, V):
-    """dsa_launches (the check cases') against the pass for prefill, odd shapes and f32; and the
-    f32-arithmetic launches (fma=True) against the pass's text without the tensor-core kernels."""
-    rows = dsa_to_cuda_kernel.mma_rows(dt, S, D, V)
-    for fma in (False, True):
-        text = dsa_to_cuda_kernel.function_text(dt, H, D, T, K, V, D ** -0.5, None if fma else rows)
+@pytest.mark.parametrize("dt,S,H,D,T,K,V", DSA_CASES)
+def test_dsa_launches_are_the_pass_dispatches(dt, S, H, D, T, K, V):
+    """The pass's kernels for the site (the bench's decode shapes, its prefill chunk, the check
+    cases), the f32-arithmetic ones (fma=True: the pass with tensor-cores=false) and the other
+    split sizes the bench times; the combine returns f32 for either dtype (the tool's out buffer)."""
+    P, scale = dsa_to_cuda_kernel, D ** -0.5
+    rows = kg.dsa_mma_rows(dt, S, D, V)
+    variants = [(None, False, rows), (None, True, None)] + [(r, False, r) for r in (16, 64) if rows is not None]
+    for bench_rows, fma, pass_rows in variants:
+        text = P.function_text(dt, H, D, T, K, V, scale, pass_rows)
         partial, combine = _dispatches(text, {"%s": S})
-        p, c = gkt.dsa_launches(dt, S, H, D, T, K, V, D ** -0.5, fma=fma)
+        p, c = gkt.dsa_launches(dt, S, H, D, T, K, V, scale, rows=bench_rows, fma=fma)
         _same(p, partial)
         _same(c, combine)
-        _dsa_out_is_f32(text, H, V)
+        assert re.search(rf"-> tensor<\?x{H}x{V}xf32>\{{%s\}}\n    return", text), "the combine's f32 result"
+    if S == 1 and dict(H=H, D=D, K=K, V=V) == gkt.DSA:  # a shape `dsa` times
+        assert rows == kg.DSA_MMA_ROWS_DECODE  # the benchmark times the tensor-core kernels
+        launches = gkt.all_launches()
+        assert (launches[f"dsa_partial_T{T}"], launches[f"dsa_combine_T{T}"]) == gkt.dsa_launches(
+            dt, S, H, D, T, K, V, scale)
 
 
 def test_moe_launches_are_the_pass_dispatches():
-    c = gkt.MOE
-    E, k, hid, inter = c["E"], c["k"], c["hidden"], c["intermediate"]
-    launches = gkt.all_launches()
-    (gu,) = _dispatches(mxfp4_to_cuda_matvec.function_text(True, E, 2 * inter, hid, k), {"%t": 1})
-    (dn,) = _dispatches(mxfp4_to_cuda_matvec.function_text(True, E, hid, inter, 1), {"%t": k})
-    _same(launches["moe_gate_up"], gu)
-    _same(launches["moe_down"], dn)
-
-
-def test_moe_gemm_launches_are_the_pass_dispatches():
-    """moe_gemm's launches (the prefill chunk's shapes, and its T = 3 case, which a dynamic-T site
-    dispatches at run time) are the pass's GEMM dispatch; its matvec launches are the pass's text
-    with gemm off. The pass takes the GEMM for the prefill chunk and keeps the matvec for the
-    `moe` piece's decode shapes."""
+    """The matvec at the `moe` piece's decode shapes (which the pass keeps on the matvec), the
+    grouped GEMM at the prefill chunk's shapes and at T = 3 (what a dynamic-T site dispatches at
+    run time), the same inputs on the matvec (the pass with gemm=false), and mxfp4_linear (the
+    matvec with one expert)."""
     P = mxfp4_to_cuda_matvec
-    E = gkt.PREFILL_MOE["E"]
+    E, k, hid, inter = gkt.MOE["E"], gkt.MOE["k"], gkt.MOE["hidden"], gkt.MOE["intermediate"]
     launches = gkt.all_launches()
-    for name, (T, k, N, K) in gkt.moe_gemm_shapes().items():
-        assert launches[f"moe_gemm_{name}"] == gkt.mxfp4_gemm_launch(T, k, E, N, K)
-        assert P.takes_gemm(True, T, k) and P.takes_gemm(True, None, k)
+    for name, (T, kk, N, K) in (("moe_gate_up", (1, k, 2 * inter, hid)), ("moe_down", (k, 1, hid, inter))):
+        assert not kg.mxfp4_takes_gemm(True, T, kk)
+        (d,) = _dispatches(P.function_text(True, E, N, K, kk), {"%t": T})
+        _same(launches[name], d)
+    E = gkt.PREFILL_MOE["E"]
+    for name, (T, kk, N, K) in gkt.moe_gemm_shapes().items():
+        assert kg.mxfp4_takes_gemm(True, T, kk) and kg.mxfp4_takes_gemm(True, None, kk)
+        assert launches[f"moe_gemm_{name}"] == gkt.mxfp4_gemm_launch(T, kk, E, N, K)
         for t in (T, 3):
-            gemm_launch, matvec_launch = gkt.mxfp4_gemm_launch(t, k, E, N, K), gkt.mxfp4_launch(t, k, E, N, K)
-            for gemm, launch in ((True, gemm_launch), (False, matvec_launch)):
-                (d,) = _dispatches(P.function_text(True, E, N, K, k, gemm), {"%t": t})
-                assert d[0] == (P.GEMM_EXECUTABLE if gemm else P.EXECUTABLE)
+            for gemm, launch in ((True, gkt.mxfp4_gemm_launch(t, kk, E, N, K)),
+                                 (False, gkt.mxfp4_launch(t, kk, E, N, K))):
+                (d,) = _dispatches(P.function_text(True, E, N, K, kk, gemm), {"%t": t})
                 _same(launch, d)
-    k = gkt.MOE["k"]
-    assert not P.takes_gemm(True, 1, k) and not P.takes_gemm(True, k, 1)  # decode: gate_up, down
+    (d,) = _dispatches(P.function_text(False, 1, 100, 64, 1), {"%t": 5})
+    _same(gkt.mxfp4_launch(5, 1, 1, 100, 64), d)
+
+
+@pytest.mark.parametrize("rows,n,k", [(1, 32768, 2048), (1, 1 << 20, 2048), (64, 4096, 8), (3, 8193, 64)])
+def test_topk_grids_are_the_pass_dispatches(rows, n, k):
+    """gpu_topk_check launches the radix select over kernel_geometry.topk_grid, with (n, segments[,
+    k]) or (n, k) as push constants: what the pass's functions dispatch."""
+    P = topk_to_radix_select
+    forms = [(P.select_function_text(k), ("day0_topk_hist", "day0_topk_collect", "day0_topk_finish"))]
+    if kg.topk_is_small(n):
+        forms.append((P.small_function_text(k), ("day0_topk_small",)))
+    segs = kg.topk_segments(n)
+    constants = {"day0_topk_hist": (n, segs), "day0_topk_collect": (n, segs, k), "day0_topk_finish": (n, k),
+                 "day0_topk_small": (n, k)}
+    for text, entries in forms:
+        dispatches = _dispatches(text, {"%t": rows, "%n": n})
+        assert tuple(d[1] for d in dispatches) == entries
+        for d in dispatches:
+            _check_dispatch(d, kg.TOPK_SELECT, kg.topk_grid(d[1], rows, n), constants[d[1]])
 
 
 def test_launches_match_the_ptx_entries():
+    launches = [*gkt.all_launches().values(), *(gkt.dsa_launches("f32", 2, 8, 96, 64, 300, 64, 0.1))]
     entries = {}
-    for launch in gkt.all_launches().values():
+    for launch in launches:
         if launch.ptx not in entries:
             entries[launch.ptx] = _entries(kernel_ptx(launch.ptx).decode())
         params = entries[launch.ptx].get(launch.entry)
         assert params is not None, f"{launch.entry} is not an entry of {launch.ptx}"
         assert params == ["u64"] * len(launch.buffers) + ["u32"] * len(launch.constants), launch.entry
-    assert "day0_topk_hist" in _entries(kernel_ptx(gkt.TOPK_PTX).decode())
+    topk = _entries(kernel_ptx(kg.TOPK_SELECT.ptx).decode())
+    for name, read_only, constants, _ in kg.TOPK_SELECT.entries:
+        assert topk[name] == ["u64"] * len(read_only) + ["u32"] * constants, name
+
+
+def test_each_kernel_source_has_one_kernel_set():
+    """Every lowering/kernels/*.cu is described once, with its PTX and executable named after it."""
+    sources = sorted(p.name for p in build_kernels.KERNELS.glob("*.cu"))
+    assert sorted(ks.source for ks in kg.KERNEL_SETS) == sources
+    for ks in kg.KERNEL_SETS:
+        assert ks.ptx == build_kernels.ptx_path(build_kernels.KERNELS / ks.source).name
+        assert ks.executable == "day0_" + ks.source.removesuffix(".cu")
+    assert len({ks.executable for ks in kg.KERNEL_SETS}) == len(kg.KERNEL_SETS)
+
+
+def test_kernel_geometry_imports_nothing_but_the_standard_library():
+    """A GPU host imports it without IREE, torch or numpy (bench packages ship it alone)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import day0.lowering.kernel_geometry; "
+            "bad = sorted(m for m in ('iree', 'torch', 'numpy', 'day0.passes', 'day0.frontend') if m in sys.modules); "
+            "assert not bad, bad")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
 
 
 def test_c_args():

@@ -5,9 +5,10 @@ tools/bench/bench_gpu.py's `full` config), beside its bandwidth limit. GPU host 
 
 PTX_DIR holds the committed *.sm_90.ptx (default: this package's lowering/kernels/). Every
 kernel is launched through the CUDA driver (tools/bench/cuda_launch.py) with exactly the grid, buffers
-and push constants its pass dispatches (tests/test_gpu_kernel_times.py checks the tables below
-against the passes' own dispatch text and the PTX entries), inside a CUDA graph; a time is the
-median over graph replays of µs per launch. Rounds rotate among copies of the inputs so that a
+and push constants its pass dispatches: grids and entries come from lowering/kernel_geometry.py,
+which the passes read too (tests/test_gpu_kernel_times.py checks the launches against the passes'
+dispatch text and the PTX entries), inside a CUDA graph; a time is the median over graph replays
+of µs per launch. Rounds rotate among copies of the inputs so that a
 round's data is not still in the 50 MB L2 from the round before (as in a decode step, where
 other layers run in between); `hot_us` is the same launch on one copy (L2-warm when it fits).
 
@@ -43,103 +44,64 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import struct
 from dataclasses import dataclass
 from pathlib import Path
+
+from day0.lowering import kernel_geometry as kg
 
 BANDWIDTH_GBS = 4248.0
 CONTEXTS = (32768, 131072, 1048576)
 COLD_BYTES = 128 << 20  # rotate input copies until the rounds' data exceeds this (L2: 50 MB)
-THREADS = 256
 INDEXER = {"H": 32, "D": 128, "scale": 1.0, "top_k": 2048}  # bench_gpu's dsa_index (scale 1.0)
 DSA = {"H": 64, "D": 512, "V": 512, "K": 2048}  # scale latent**-0.5
 MOE = {"E": 288, "k": 8, "hidden": 4096, "intermediate": 2048}
 PREFILL_MOE = {"E": 64, "k": 8, "T": 512, "hidden": 2048, "intermediate": 1024}
 MOE_GEMM_MAX_REL_ERR = 1e-5  # x enters as two bf16 terms (16 significant bits), f32 sums
 
-# The passes' launch geometry (not imported: a GPU host has no IREE compiler to import them with;
-# tests/test_gpu_kernel_times.py compares these with the passes).
-INDEXER_PTX, INDEXER_KEYS_PER_CTA = "indexer_scores.sm_90.ptx", 128
-INDEXER_MMA_CTAS, INDEXER_MMA_MAX_KEYS = 264, 2048
-DSA_PTX, DSA_ROWS_PER_SPLIT, DSA_HEADS_PER_CTA = "dsa_attention.sm_90.ptx", 128, 4
-DSA_MMA_HEADS_PER_CTA, DSA_MMA_MAX_V, DSA_MMA_V_PER_CTA = 64, 512, 64
-DSA_MMA_ROWS_DECODE, DSA_MMA_ROWS_PREFILL = 32, 128
-DSA_OUT_DTYPE = "f32"  # the combine kernels' output, whatever the q/kv dtype (the op's contract)
-MXFP4_PTX, MXFP4_ROWS_PER_CTA = "mxfp4_matvec.sm_90.ptx", 32
-MXFP4_GEMM_PTX, MXFP4_GEMM_COLS_PER_CTA = "mxfp4_moe_gemm.sm_90.ptx", 64
-TOPK_PTX = "topk_select.sm_90.ptx"
-
 
 @dataclass(frozen=True)
 class Launch:
     """One kernel launch as a pass dispatches it: buffers (names, in binding order) then i32 push
-    constants; grid (x, y, z); block THREADS."""
+    constants; grid (x, y, z); block kg.THREADS."""
 
     ptx: str
     entry: str
-    grid: tuple[int, int, int]
+    grid: kg.Grid
     buffers: tuple[str, ...]
     constants: tuple[int, ...]
-    block: int = THREADS
-
-
-def scale_bits(scale: float) -> int:
-    """The f32 bits of scale as a signed i32 (as the passes' push constant)."""
-    return struct.unpack("<i", struct.pack("<f", scale))[0]
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def indexer_grid_x(kernel: str, T: int) -> int:
-    x = cdiv(T, INDEXER_KEYS_PER_CTA)
-    return min(x, max(INDEXER_MMA_CTAS, cdiv(T, INDEXER_MMA_MAX_KEYS))) if kernel == "bf16_mma" else x
+    block: int = kg.THREADS
 
 
 def indexer_launch(kernel: str, S: int, H: int, D: int, T: int, scale: float, grid_x: int | None = None) -> Launch:
     """kernel: f32 | bf16 (exact FMAs) | bf16_mma (tensor cores). grid_x: another grid (the
     tensor-core kernel takes any; the pass's by default)."""
-    gx = indexer_grid_x(kernel, T) if grid_x is None else grid_x
-    return Launch(INDEXER_PTX, f"day0_indexer_scores_{kernel}", (gx, S, 1), ("q", "keys", "w", "out"),
-                  (H, D, T, scale_bits(scale)))
-
-
-def dsa_mma_rows(dt: str, S: int | None, D: int, V: int) -> int | None:
-    """The pass's choice: slots per split of the bf16 tensor-core kernels, or None (f32 kernels)."""
-    if dt != "bf16" or D % 8 or V % 8 or V > D or V > DSA_MMA_MAX_V:
-        return None
-    return DSA_MMA_ROWS_DECODE if S == 1 else DSA_MMA_ROWS_PREFILL
+    grid = kg.indexer_grid(kernel, S, T) if grid_x is None else (grid_x, S, 1)
+    return Launch(kg.INDEXER_SCORES.ptx, kg.indexer_entry(kernel), grid, ("q", "keys", "w", "out"),
+                  (H, D, T, kg.f32_bits(scale)))
 
 
 def dsa_launches(dt: str, S: int, H: int, D: int, T: int, K: int, V: int, scale: float,
                  rows: int | None = None, fma: bool = False) -> tuple[Launch, Launch]:
     """The pass's two launches; rows: another split size for the tensor-core kernels; fma: the
     f32-arithmetic kernels even where the pass takes the tensor-core ones."""
-    mma = None if fma else (rows or dsa_mma_rows(dt, S, D, V))
-    if mma is not None:
-        splits = cdiv(K, mma)
-        partial = Launch(DSA_PTX, "day0_dsa_partial_bf16_mma", (splits, cdiv(H, DSA_MMA_HEADS_PER_CTA), S),
-                         ("q", "kv", "idx", "ml", "acc"), (H, D, K, V, T, scale_bits(scale), mma))
-        combine = Launch(DSA_PTX, "day0_dsa_combine_bf16_mma", (cdiv(V, DSA_MMA_V_PER_CTA), H, S),
-                         ("ml", "acc", "out"), (H, V, splits))
-        return partial, combine
-    splits = cdiv(K, DSA_ROWS_PER_SPLIT)
-    partial = Launch(DSA_PTX, f"day0_dsa_partial_{dt}", (splits, cdiv(H, DSA_HEADS_PER_CTA), S),
-                     ("q", "kv", "idx", "ml", "acc"), (H, D, K, V, T, scale_bits(scale)))
-    combine = Launch(DSA_PTX, f"day0_dsa_combine_{dt}", (H, S, 1), ("ml", "acc", "out"), (H, V, splits))
+    mma = None if fma else (rows or kg.dsa_mma_rows(dt, S, D, V))
+    partial_entry, combine_entry = kg.dsa_entries(dt, mma)
+    partial_grid, combine_grid = kg.dsa_grids(S, H, K, V, mma)
+    constants = (H, D, K, V, T, kg.f32_bits(scale)) + (() if mma is None else (mma,))
+    partial = Launch(kg.DSA_ATTENTION.ptx, partial_entry, partial_grid, ("q", "kv", "idx", "ml", "acc"), constants)
+    combine = Launch(kg.DSA_ATTENTION.ptx, combine_entry, combine_grid, ("ml", "acc", "out"), (H, V, partial_grid[0]))
     return partial, combine
 
 
 def mxfp4_launch(T: int, k: int, E: int, N: int, K: int) -> Launch:
     """mxfp4_moe over x [T, K], packed [E, N, K/2], experts [T, k] -> out [T·k, N]."""
-    return Launch(MXFP4_PTX, "day0_mxfp4_matvec", (cdiv(N, MXFP4_ROWS_PER_CTA), T * k, 1),
+    return Launch(kg.MXFP4_MATVEC.ptx, "day0_mxfp4_matvec", kg.mxfp4_matvec_grid(T * k, N),
                   ("x", "packed", "scales", "experts", "out"), (K, N, k, E))
 
 
 def mxfp4_gemm_launch(T: int, k: int, E: int, N: int, K: int) -> Launch:
     """The grouped GEMM (the pass's kernel for mxfp4_moe with T != 1), same buffers; rows T·k."""
-    return Launch(MXFP4_GEMM_PTX, "day0_mxfp4_moe_gemm", (cdiv(N, MXFP4_GEMM_COLS_PER_CTA), E, 1),
+    return Launch(kg.MXFP4_MOE_GEMM.ptx, "day0_mxfp4_moe_gemm", kg.mxfp4_gemm_grid(E, N),
                   ("x", "packed", "scales", "experts", "out"), (K, N, k, E, T * k))
 
 
@@ -198,7 +160,7 @@ def _time(run: Runner, launches_of_copy, copies: int) -> tuple[float, float]:
     def fns(i):
         return [lambda l=l, t=t: run(l, t) for l, t in launches_of_copy(i)]
 
-    rounds = copies * cdiv(20, copies)
+    rounds = copies * kg.cdiv(20, copies)
     cold = graph_us([fns(i) for i in range(copies)], rounds=rounds)
     hot = graph_us(fns(0), rounds=20)
     return cold, hot
@@ -262,7 +224,7 @@ def bench_indexer(run: Runner, T: int) -> list[dict]:
     for kernel in ("bf16", "bf16_mma"):
         grids = [None]
         if kernel == "bf16_mma":  # the pass's grid, then others
-            grids += sorted({cdiv(T, INDEXER_KEYS_PER_CTA), 132, 264, 528, 1056} - {indexer_grid_x(kernel, T)})
+            grids += sorted({kg.cdiv(T, kg.INDEXER_KEYS_PER_CTA), 132, 264, 528, 1056} - {kg.indexer_grid_x(kernel, T)})
         for gx in grids:
             launch = indexer_launch(kernel, 1, H, D, T, scale, gx)
             sets[0]["out"].fill_(float("nan"))
@@ -369,7 +331,7 @@ def check_dsa_shapes(run: Runner) -> list[dict]:
         scale_ref = ref.abs().max().clamp_min(1e-30)
         variants = [("fma", dsa_launches("bf16", S, H, D, T, K, V, scale, fma=True)),
                     ("pass", dsa_launches("bf16", S, H, D, T, K, V, scale))]
-        if dsa_mma_rows("bf16", S, D, V) is not None:
+        if kg.dsa_mma_rows("bf16", S, D, V) is not None:
             variants += [(f"mma_r{r}", dsa_launches("bf16", S, H, D, T, K, V, scale, rows=r)) for r in (16, 64)]
         for name, ls in variants:
             out = _dsa_run(run, ls, t).double()
@@ -392,7 +354,7 @@ def bench_dsa(run: Runner, T: int) -> list[dict]:
     kv_copies = _copies(T * D * 2, most=4)
     kvs = [torch.randn(T, D, device="cuda", generator=g).to(bf) for _ in range(kv_copies)]
     variants = 32  # selections rotate too: 32 × 2 MB of rows > L2
-    most_splits = cdiv(K, 16)
+    most_splits = kg.cdiv(K, 16)
     shared = {"q": torch.randn(1, H, D, device="cuda", generator=g).to(bf),
               "ml": torch.empty(1, most_splits, H, 2, device="cuda"),
               "acc": torch.empty(1, most_splits, H, V, device="cuda"),
@@ -402,7 +364,7 @@ def bench_dsa(run: Runner, T: int) -> list[dict]:
     ref = dsa_reference(shared["q"], sets[0]["kv"], sets[0]["idx"], scale, V)
     op_bytes = K * D * 2 + K * 8 + H * D * 2 + H * V * 4  # rows, indices, q, out (f32)
     results = []
-    pass_rows = dsa_mma_rows("bf16", 1, D, V)
+    pass_rows = kg.dsa_mma_rows("bf16", 1, D, V)
     kernel_sets = [("pass", dsa_launches("bf16", 1, H, D, T, K, V, scale), True)]
     kernel_sets += [(f"mma_r{r}", dsa_launches("bf16", 1, H, D, T, K, V, scale, rows=r), False)
                     for r in (16, 32, 64, 128) if r != pass_rows]
@@ -427,7 +389,7 @@ def bench_dsa(run: Runner, T: int) -> list[dict]:
 
 
 def bench_dsa_prefill(run: Runner) -> list[dict]:
-    """The e2e benchmark model's prefill chunk (PERF.md's deepseek_v32: 16 heads): S = 512 queries
+    """The e2e benchmark model's prefill chunk (docs/perf.md's 4.9B deepseek_v32: 16 heads): S = 512 queries
     over a 4224-row bf16 latent cache, 2048 selected rows each, the pass's geometry."""
     import torch
 
@@ -538,7 +500,7 @@ def bench_moe_gemm(run: Runner) -> list[dict]:
                 run(launch, sets[0])
                 torch.cuda.synchronize()
                 rel = _rel(sets[0]["out"], ref)  # NaN if a row was not written
-                cold, hot = _time(run, lambda i, l=launch: [(l, sets[i])], copies)
+                cold, hot = _time(run, lambda i, l=launch, s=sets: [(l, s[i])], copies)
                 res = {"piece": "moe_gemm", "kernel": f"{kernel} {name} [{case}]", "T": t, "grid": list(launch.grid),
                        "us": round(cold, 2), "hot_us": round(hot, 2), **_limit(nbytes, cold), "rel_err": rel,
                        "ok": rel < MOE_GEMM_MAX_REL_ERR}
@@ -552,10 +514,21 @@ def bench_moe_gemm(run: Runner) -> list[dict]:
 def bench_topk(ptx_dir: Path, T: int) -> dict:
     from day0.tools.bench.gpu_topk_check import kernel_times
 
-    res = {"piece": "topk", **kernel_times(ptx_dir / TOPK_PTX, T, INDEXER["top_k"])}
+    res = {"piece": "topk", **kernel_times(ptx_dir / kg.TOPK_SELECT.ptx, T, INDEXER["top_k"])}
     res.update(_limit(T * 4 + INDEXER["top_k"] * 8, res["all_us"]))
     print(json.dumps(res), flush=True)
     return res
+
+
+def _over_contexts(bench, run: Runner, contexts) -> list[dict]:
+    """bench(run, T) at each context T, freeing the cached device memory between them."""
+    import torch
+
+    results = []
+    for T in contexts:
+        results += bench(run, T)
+        torch.cuda.empty_cache()
+    return results
 
 
 def _table(results: list[dict]) -> str:
@@ -595,15 +568,11 @@ def main(argv=None) -> int:
     results: list[dict] = []
     if "indexer" in pieces:
         results += check_indexer_shapes(run)
-        for T in contexts:
-            results += bench_indexer(run, T)
-            torch.cuda.empty_cache()
+        results += _over_contexts(bench_indexer, run, contexts)
     if "dsa" in pieces:
         results += check_dsa_shapes(run)
         results += bench_dsa_prefill(run)
-        for T in contexts:
-            results += bench_dsa(run, T)
-            torch.cuda.empty_cache()
+        results += _over_contexts(bench_dsa, run, contexts)
     if "moe" in pieces:
         results += bench_moe(run)
         torch.cuda.empty_cache()

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from day0.lowering import kernel_geometry as kg
+
 KS = (8, 64, 2048)
 
 
@@ -41,7 +43,7 @@ func.func @stub(%x: !torch.vtensor<[?,?],f32>) -> (!torch.vtensor<[?,{k}],f32>, 
 
 def _entry_functions(k: int) -> str:
     """@topk (the multi-kernel form, any row length) and @topk_small (the one-kernel form, rows
-    of at most SMALL_ROW), both over [?, ?] rows."""
+    of at most TOPK_SMALL_ROW), both over [?, ?] rows."""
     from day0.passes.topk_to_radix_select import select_function_name, small_function_text
 
     out = small_function_text(k)
@@ -59,10 +61,7 @@ def build(out: Path, target: str = "cuda-sm90") -> None:
     from day0.lowering.compile import compile_mlir
     from day0.passes.pipeline import run_pipeline
 
-    from day0.passes.topk_to_radix_select import SMALL_ROW
-
     out.mkdir(parents=True, exist_ok=True)
-    (out / "limits.json").write_text(json.dumps({"small_row": SMALL_ROW}))
     for k in KS:
         with new_context():
             module = parse_module(_torch_stub(k))
@@ -118,12 +117,11 @@ def _reference(x: np.ndarray, k: int) -> list[set]:
 def check_one(out: Path, name: str, device: str) -> dict:
     from day0.runtime.vm import VmModule
 
-    small_row = json.loads((out / "limits.json").read_text())["small_row"]  # (no compiler here)
     x, k = _cases(np.random.default_rng(0))[name]
     mod = VmModule.load(out / f"topk_k{k}.vmfb", device=device)
     want = _reference(x, k)
     res = {"case": name, "rows": int(x.shape[0]), "n": int(x.shape[1]), "k": k}
-    forms = ["topk"] + (["topk_small"] if x.shape[1] <= small_row else [])
+    forms = ["topk"] + (["topk_small"] if kg.topk_is_small(x.shape[1]) else [])
     for form in forms:
         vals, idx = (a.to_host() for a in mod.function(form)(x))
         bad_rows = 0
@@ -146,21 +144,24 @@ def kernel_times(ptx_path: Path, n: int, k: int, rows: int = 1, reps: int = 200)
     from day0.tools.bench.cuda_launch import PtxModule, graph_us
 
     mod = PtxModule(ptx_path)
-    segs = -(-n // 8192)
+    segs = kg.topk_segments(n)
     g = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(rows, n, device="cuda", generator=g)
-    total = torch.zeros(rows, 2048, dtype=torch.int32, device="cuda")
-    cum = torch.empty(rows, segs, 2048, dtype=torch.int32, device="cuda")
+    total = torch.zeros(rows, kg.TOPK_BINS, dtype=torch.int32, device="cuda")
+    cum = torch.empty(rows, segs, kg.TOPK_BINS, dtype=torch.int32, device="cuda")
     hdr = torch.empty(rows, 4, dtype=torch.int32, device="cuda")
     oi = torch.empty(rows, k, dtype=torch.int32, device="cuda")
     ov = torch.empty(rows, k, dtype=torch.float32, device="cuda")
     cand = torch.empty(rows, n, dtype=torch.int32, device="cuda")
 
+    def launch(entry: str, args: list):  # at the pass's grid
+        mod.launch(entry, kg.topk_grid(entry, rows, n), args)
+
     steps = {
         "zero_total": lambda: total.zero_(),
-        "hist": lambda: mod.launch("day0_topk_hist", (rows, segs), [x, total, cum, n, segs]),
-        "collect": lambda: mod.launch("day0_topk_collect", (rows, segs), [x, total, cum, hdr, oi, ov, cand, n, segs, k]),
-        "finish": lambda: mod.launch("day0_topk_finish", (rows, 1), [x, hdr, cand, oi, ov, n, k]),
+        "hist": lambda: launch("day0_topk_hist", [x, total, cum, n, segs]),
+        "collect": lambda: launch("day0_topk_collect", [x, total, cum, hdr, oi, ov, cand, n, segs, k]),
+        "finish": lambda: launch("day0_topk_finish", [x, hdr, cand, oi, ov, n, k]),
     }
     for f in steps.values():
         f()
@@ -172,9 +173,9 @@ def kernel_times(ptx_path: Path, n: int, k: int, rows: int = 1, reps: int = 200)
     for name, f in steps.items():
         res[f"{name}_us"] = graph_us([f], replays=replays)
     res["all_us"] = graph_us(list(steps.values()), replays=replays)
-    if n <= 8192:  # the one-kernel form for short rows
+    if kg.topk_is_small(n):  # the one-kernel form for short rows
         si, sv = torch.empty_like(oi), torch.empty_like(ov)
-        run_small = lambda: mod.launch("day0_topk_small", (rows, 1), [x, si, sv, n, k])  # noqa: E731
+        run_small = lambda: launch("day0_topk_small", [x, si, sv, n, k])  # noqa: E731
         run_small()
         torch.cuda.synchronize()
         res["small_correct"] = set(si[0].tolist()) == want
@@ -228,7 +229,7 @@ def small_rows(ptx_path: Path) -> list[dict]:
         xt = torch.from_numpy(x).cuda()
         oi = torch.full((rows, k), -7, dtype=torch.int32, device="cuda")
         ov = torch.zeros(rows, k, dtype=torch.float32, device="cuda")
-        mod.launch("day0_topk_small", (rows, 1), [xt, oi, ov, n, k])
+        mod.launch("day0_topk_small", kg.topk_grid("day0_topk_small", rows, n), [xt, oi, ov, n, k])
         torch.cuda.synchronize()
         gi, gv = oi.cpu().numpy(), ov.cpu().numpy()
         ok = True
@@ -242,7 +243,8 @@ def small_rows(ptx_path: Path) -> list[dict]:
         xt = torch.randn(rows, n, device="cuda")
         oi = torch.empty(rows, k, dtype=torch.int32, device="cuda")
         ov = torch.empty(rows, k, dtype=torch.float32, device="cuda")
-        us = graph_us([lambda: mod.launch("day0_topk_small", (rows, 1), [xt, oi, ov, n, k])], replays=10)
+        grid = kg.topk_grid("day0_topk_small", rows, n)
+        us = graph_us([lambda: mod.launch("day0_topk_small", grid, [xt, oi, ov, n, k])], replays=10)
         out.append({"rows": rows, "n": n, "k": k, "small_us": us})
     return out
 

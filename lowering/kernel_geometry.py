@@ -1,0 +1,236 @@
+"""Launch geometry of day0's hand-written CUDA kernels (lowering/kernels/*.cu), one section per
+kernel set (one .cu, its committed PTX, one `hal.executable.source`): the entries' ABI, the
+constants of the .cu that fix the grid, and the grid each entry is launched over.
+
+The passes that dispatch the kernels (passes/*_to_cuda_*.py, topk_to_radix_select.py) and the
+GPU-host tools that launch them without IREE (tools/bench/gpu_kernel_times.py, gpu_topk_check.py)
+read this one module, so a tool launches exactly what a pass emits. Standard library only: a GPU
+host has PyTorch but no IREE compiler, and imports this file on its own (bench packages ship it).
+
+ABI (IREE's CUDA ABI of an external dispatch): one pointer per binding, in dispatch order (the
+operands, then the results not tied to an operand), then one 32-bit value per push constant. The
+dispatch's workload is the CUDA grid (x, y, z), missing dims 1. Every kernel runs THREADS threads
+a CTA. Adding a kernel: the .cu (and its PTX), its section here, its pass, and tests.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import NamedTuple
+
+THREADS = 256  # CTA size of every kernel (THREADS in the .cu files; mxfp4_matvec.cu: 8 warps)
+
+
+class Entry(NamedTuple):
+    """One kernel of a set: entry name, read-only flag per binding (in binding order), number of
+    i32 push constants, and how many grid dims the dispatch's workload gives."""
+
+    name: str
+    read_only: tuple[bool, ...]
+    constants: int
+    workload: int
+
+
+@dataclass(frozen=True)
+class KernelSet:
+    """The kernels of one .cu: `executable` names the `hal.executable.source` that declares them,
+    `ptx` the committed lowering/kernels/ file it embeds; entries in ordinal order."""
+
+    executable: str
+    source: str
+    ptx: str
+    entries: tuple[Entry, ...]
+    threads: int = THREADS
+
+    def entry(self, name: str) -> Entry:
+        return next(e for e in self.entries if e.name == name)
+
+
+Grid = tuple[int, int, int]
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def f32_bits(x: float) -> int:
+    """The f32 bits of x as a signed i32: how a float travels as a push constant."""
+    return struct.unpack("<i", struct.pack("<f", x))[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# indexer_scores.cu: day0::indexer_scores, out [S, T] f32 = Σ_h w[s, h] · relu(scale · q[s, h]·keys[t])
+
+# f32 keys (exact FMAs) | bf16 keys, exact FMAs | bf16 keys on tensor cores (q as two bf16 terms)
+INDEXER_KERNELS = ("f32", "bf16", "bf16_mma")
+
+
+def indexer_entry(kernel: str) -> str:
+    return f"day0_indexer_scores_{kernel}"
+
+
+INDEXER_SCORES = KernelSet(
+    "day0_indexer_scores", "indexer_scores.cu", "indexer_scores.sm_90.ptx",
+    # q, keys, w | out ; H, D, T, scale bits ; grid (indexer_grid_x(kernel, T), S)
+    tuple(Entry(indexer_entry(kernel), (True, True, True, False), 4, 2) for kernel in INDEXER_KERNELS))
+INDEXER_KEYS_PER_CTA = 128  # KEYS in the .cu
+INDEXER_MAX_H, INDEXER_MAX_D = 64, 128  # the kernels' shared-memory layout (MAX_H, MAX_D)
+# Tensor-core kernel: at most one wave of CTAs a query (H200: 132 SMs × 2 CTAs), each taking a
+# contiguous range of 16-key tiles (long CTAs amortize converting q), but at most
+# INDEXER_MMA_MAX_KEYS keys a CTA. Grids compared: docs/perf.md, "day0's kernels alone".
+INDEXER_MMA_CTAS = 264
+INDEXER_MMA_MAX_KEYS = 2048
+
+
+def indexer_grid_x(kernel: str, T: int) -> int:
+    """CTAs per query for `kernel` over T keys: ceil(T / 128), and for bf16_mma at most
+    max(INDEXER_MMA_CTAS, ceil(T / INDEXER_MMA_MAX_KEYS)) (the kernel takes any grid x)."""
+    x = cdiv(T, INDEXER_KEYS_PER_CTA)
+    return min(x, max(INDEXER_MMA_CTAS, cdiv(T, INDEXER_MMA_MAX_KEYS))) if kernel == "bf16_mma" else x
+
+
+def indexer_grid(kernel: str, S: int, T: int) -> Grid:
+    return indexer_grid_x(kernel, T), S, 1
+
+
+# ---------------------------------------------------------------------------------------------
+# dsa_attention.cu: day0::dsa_attention as a split over the selected slots (partial) and a merge
+# of the splits (combine), flash-decoding; f32 out for f32 or bf16 q and kv.
+
+DSA_DTYPES = ("f32", "bf16")  # q and kv dtypes of the f32-arithmetic kernels (entry suffixes)
+DSA_ATTENTION = KernelSet(
+    "day0_dsa_attention", "dsa_attention.cu", "dsa_attention.sm_90.ptx",
+    tuple(entry for dt in DSA_DTYPES for entry in (
+        # q, kv, idx | partial (m, l), partial acc ; H, D, K, V, T, scale bits ; grid (splits, H/4, S)
+        Entry(f"day0_dsa_partial_{dt}", (True, True, True, False, False), 6, 3),
+        # partial (m, l), partial acc | out ; H, V, splits ; grid (H, S)
+        Entry(f"day0_dsa_combine_{dt}", (True, True, False), 3, 2),
+    )) + (
+        # q, kv, idx | partial (m, l), partial acc ; H, D, K, V, T, scale bits, rows ; grid (splits, H/64, S)
+        Entry("day0_dsa_partial_bf16_mma", (True, True, True, False, False), 7, 3),
+        # partial (m, l), partial acc | out ; H, V, splits ; grid (V/64, H, S)
+        Entry("day0_dsa_combine_bf16_mma", (True, True, False), 3, 3),
+    ))
+# f32-arithmetic kernels
+DSA_ROWS_PER_SPLIT = 128  # selected slots per partial CTA (ROWS)
+DSA_HEADS_PER_CTA = 4  # HEADS
+DSA_MAX_D = 576  # kv row width the shared memory holds (MAX_D: MLA latent 512 + rope 64)
+DSA_MAX_V = 1024  # value width of the accumulators (MAX_V)
+# bf16 tensor-core kernels (FlashMLA-style: every head of a query shares each gathered row)
+DSA_MMA_HEADS_PER_CTA = 64  # MMA_HEADS: 8 warps × 8 heads
+DSA_MMA_MAX_V = 512  # MMA_MAX_V
+DSA_MMA_ROWS_DECODE = 32  # slots per split at S = 1: two 16-row tiles, the second prefetched
+DSA_MMA_ROWS_PREFILL = 128  # S != 1: fewer partials per query
+DSA_MMA_V_PER_CTA = 64  # combine: values of one (query, head) a CTA
+
+
+def dsa_mma_rows(dt: str, S: int | None, D: int, V: int) -> int | None:
+    """Slots per split of the tensor-core kernels for a site (S None: dynamic), or None where the
+    f32-arithmetic kernels take it: they need bf16, D and V multiples of 8, V <= min(D, 512)."""
+    if dt != "bf16" or D % 8 or V % 8 or V > D or V > DSA_MMA_MAX_V:
+        return None
+    return DSA_MMA_ROWS_DECODE if S == 1 else DSA_MMA_ROWS_PREFILL
+
+
+def dsa_entries(dt: str, rows: int | None) -> tuple[str, str]:
+    """(partial, combine) entry names: rows None the f32-arithmetic kernels of dtype dt, else the
+    tensor-core kernels."""
+    kernels = dt if rows is None else "bf16_mma"
+    return f"day0_dsa_partial_{kernels}", f"day0_dsa_combine_{kernels}"
+
+
+def dsa_splits(K: int, rows: int | None) -> int:
+    """Partials per (query, head): K selected slots in splits of `rows` (None: DSA_ROWS_PER_SPLIT)."""
+    return cdiv(K, DSA_ROWS_PER_SPLIT if rows is None else rows)
+
+
+def dsa_head_groups(H: int, rows: int | None) -> int:
+    return cdiv(H, DSA_HEADS_PER_CTA if rows is None else DSA_MMA_HEADS_PER_CTA)
+
+
+def dsa_value_blocks(V: int) -> int:
+    """The tensor-core combine's CTAs per (query, head)."""
+    return cdiv(V, DSA_MMA_V_PER_CTA)
+
+
+def dsa_grids(S: int, H: int, K: int, V: int, rows: int | None) -> tuple[Grid, Grid]:
+    """(partial grid, combine grid) of a site with S queries (rows as for dsa_entries)."""
+    partial = (dsa_splits(K, rows), dsa_head_groups(H, rows), S)
+    combine = (H, S, 1) if rows is None else (dsa_value_blocks(V), H, S)
+    return partial, combine
+
+
+# ---------------------------------------------------------------------------------------------
+# mxfp4_matvec.cu: day0::mxfp4_moe / mxfp4_linear, one (token, slot) row a CTA column on CUDA cores
+
+MXFP4_MATVEC = KernelSet(
+    "day0_mxfp4_matvec", "mxfp4_matvec.cu", "mxfp4_matvec.sm_90.ptx",
+    # x, packed, scales, experts (i64) | out ; K, N, k, E ; grid (ceil(N/32), rows)
+    (Entry("day0_mxfp4_matvec", (True, True, True, True, False), 4, 2),))
+MXFP4_ROWS_PER_CTA = 32  # output columns (weight rows) a CTA: 8 warps × 4 (ROWS_PER_CTA)
+MXFP4_MAX_K = 8192  # x's row is cached in shared memory (MAX_K)
+
+
+def mxfp4_matvec_grid(rows: int, N: int) -> Grid:
+    """rows = T·k (token, slot) pairs, N output columns."""
+    return cdiv(N, MXFP4_ROWS_PER_CTA), rows, 1
+
+
+# ---------------------------------------------------------------------------------------------
+# mxfp4_moe_gemm.cu: day0::mxfp4_moe in prefill, a CTA per (64 output columns, expert) multiplying
+# the expert's rows 64 at a time on tensor cores
+
+MXFP4_MOE_GEMM = KernelSet(
+    "day0_mxfp4_moe_gemm", "mxfp4_moe_gemm.cu", "mxfp4_moe_gemm.sm_90.ptx",
+    # x, packed, scales, experts (i64) | out ; K, N, k, E, rows ; grid (ceil(N/64), E)
+    (Entry("day0_mxfp4_moe_gemm", (True, True, True, True, False), 5, 2),))
+MXFP4_GEMM_COLS_PER_CTA = 64  # COLS
+MXFP4_GEMM_MIN_ROWS = 64  # one GEMM tile of rows (ROWS): static sites with fewer keep the matvec
+
+
+def mxfp4_takes_gemm(moe: bool, T: int | None, k: int) -> bool:
+    """Whether a site runs the grouped GEMM rather than the matvec: mxfp4_moe with T dynamic or
+    T·k >= MXFP4_GEMM_MIN_ROWS (decode's moe calls have k rows and keep the matvec)."""
+    return moe and (T is None or T * k >= MXFP4_GEMM_MIN_ROWS)
+
+
+def mxfp4_gemm_grid(E: int, N: int) -> Grid:
+    return cdiv(N, MXFP4_GEMM_COLS_PER_CTA), E, 1
+
+
+# ---------------------------------------------------------------------------------------------
+# topk_select.cu: top-k of f32 rows by radix select (histogram, threshold, ordered compaction,
+# radix select of the threshold bin's candidates), or in one CTA for short rows
+
+TOPK_SELECT = KernelSet(
+    "day0_topk_select", "topk_select.cu", "topk_select.sm_90.ptx", (
+        Entry("day0_topk_hist", (True, False, False), 2, 2),  # x, total (tied), cum | n, segs
+        # x, total, cum | header, out_idx, out_val, cand ; n, segs, k
+        Entry("day0_topk_collect", (True, True, True, False, False, False, False), 3, 2),
+        Entry("day0_topk_finish", (True, True, True, False, False), 2, 1),  # x, header, cand, idx, val | n, k
+        Entry("day0_topk_small", (True, False, False), 2, 1),  # x | idx, val ; n, k (n <= TOPK_SMALL_ROW)
+    ))
+TOPK_SEGMENT = 8192  # row elements per CTA of hist and collect (SEG)
+TOPK_BINS = 2048  # first-pass histogram bins: the top 11 key bits (BINS)
+TOPK_SMALL_ROW = 8192  # static rows up to this length take day0_topk_small (SMALL_N)
+
+
+def topk_is_small(n: int | None) -> bool:
+    """Whether rows of static length n (None: dynamic) take the one-kernel form."""
+    return n is not None and n <= TOPK_SMALL_ROW
+
+
+def topk_segments(n: int) -> int:
+    return cdiv(n, TOPK_SEGMENT)
+
+
+def topk_grid(entry: str, rows: int, n: int) -> Grid:
+    """The grid of `entry` over `rows` rows of n elements: (rows, segments) for hist and collect,
+    one CTA a row for finish and small."""
+    if entry in ("day0_topk_hist", "day0_topk_collect"):
+        return rows, topk_segments(n), 1
+    return rows, 1, 1
+
+
+KERNEL_SETS = (INDEXER_SCORES, DSA_ATTENTION, MXFP4_MATVEC, MXFP4_MOE_GEMM, TOPK_SELECT)  # one per .cu
