@@ -3,6 +3,7 @@
     @dataclass(frozen=True)
     class MyPass(ModulePass):
         name = "my-pass"
+        option_minimums = {"tile": 1}   # `my-pass{tile=0}` is refused
         tile: int = 64            # set as `my-pass{tile=32}`
 
         def apply(self, module_op, diag): ...
@@ -111,6 +112,14 @@ class ModulePass:
     """Base of every day0 pass. Subclasses are frozen dataclasses whose fields are the options."""
 
     name: ClassVar[str] = ""
+    # option (field name) -> its least value, checked when the pass is built
+    option_minimums: ClassVar[dict[str, int]] = {}
+
+    def __post_init__(self):
+        for option, least in self.option_minimums.items():
+            value = getattr(self, option)
+            if value < least:
+                raise ValueError(f"{option.replace('_', '-')} must be >= {least}, got {value}")
 
     def apply(self, module_op: Operation, diag: DiagnosticEngine) -> None:
         raise NotImplementedError
@@ -152,18 +161,6 @@ class ModulePass:
         except ValueError as e:  # __post_init__ range checks
             raise PipelineError(f"pass '{cls.name}': {e}") from None
 
-    def pipeline_text(self) -> str:
-        """The `name{opt=v ...}` spelling of this pass, with every option."""
-        opts = " ".join(
-            f"{f.name.replace('_', '-')}={_format(getattr(self, f.name))}"
-            for f in dataclasses.fields(self)
-        )
-        return f"{self.name}{{{opts}}}" if opts else self.name
-
-
-def _format(value: Any) -> str:
-    return ("true" if value else "false") if isinstance(value, bool) else str(value)
-
 
 # ---------------------------------------------------------------------------------------------
 # helpers every pass uses
@@ -189,6 +186,24 @@ def collect_ops(module_op: Operation, match) -> list[Operation]:
 
     module_op.walk(visit)
     return found
+
+
+def collect_sites(module_op: Operation, is_site, match, diag: DiagnosticEngine, refuse=None) -> list:
+    """The sites of the ops for which is_site(op) is true, gathered (pre-order) before any rewrite:
+    match(op, diag) returns an op's site or reports how it breaks its op's contract (passes/sites/);
+    refuse(site), the pass's own limits, returns None or an error, reported at the site's op, whose
+    site is then dropped."""
+    sites = []
+    for op in collect_ops(module_op, is_site):
+        site = match(op, diag)
+        if site is None:
+            continue
+        message = refuse(site) if refuse else None
+        if message:
+            diag.error(op, message)
+            continue
+        sites.append(site)
+    return sites
 
 
 def unique_symbol(base: str, taken: set[str]) -> str:

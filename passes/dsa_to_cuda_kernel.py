@@ -2,14 +2,14 @@
 (lowering/kernels/dsa_attention.cu), two IREE external dispatches, on the cuda-sm90 target.
 
 Why not dsa-to-gather-tiles on CUDA: its K/tile unrolled tiles are a chain of small dependent
-dispatches; on the H200 a decode step of top-2048 over 64 heads took ~1.1 ms whatever the
-context (32K to 1M), against ~0.1–1 ms for PyTorch. Here one kernel takes a split of 128
-selected slots × 4 heads per CTA (rows staged in shared memory, online softmax in f32), and a
-second merges the splits (flash-decoding).
+dispatches, latency-bound whatever the context (measured: docs/perf.md, "GPU: the H200"). Here
+one kernel takes a split of the selected slots for a group of heads per CTA (rows staged in shared
+memory, online softmax in f32), and a second merges the splits (flash-decoding).
 
-Precondition: dsa-to-gather-tiles' op checks (q [S,H,D], kv [T,D], indices [S,K] integers,
-result [S,H,V] f32; H, D, T, K static), q and kv both f32 or both bf16, plus D <= 576 and
-V <= 1024 (the kernel's shared-memory and register layout). Rewrite:
+Precondition: every dsa_attention keeps the op's contract (passes/sites/dsa_attention.py: q
+[S,H,D], kv [T,D], indices [S,K] integers, result [S,H,V] f32; H, D, T, K static), with q and kv
+both f32 or both bf16, D <= 576 and V <= 1024 (the kernel's shared-memory and register layout).
+Rewrite:
     %o = torch.operator "torch.day0.dsa_attention"(%q, %kv, %idx, %scale, %vdim)
  -> %o = func.call @day0_dsa_<dtype>_H<H>_D<D>_T<T>_K<K>_V<V>_s<scale bits>(qb, kvb, idxb)
 whose body is
@@ -26,85 +26,44 @@ P·V; P enters P·V as two bf16 terms, hi + lo, the rest is f32):
     %ml, %acc = flow.dispatch @day0_dsa_attention::@day0_dsa_partial_bf16_mma[splits, ceil(H/64), S]
     %out      = flow.dispatch @day0_dsa_attention::@day0_dsa_combine_bf16_mma[ceil(V/64), H, S]
 with rows = 32 slots per split for decode (static S = 1: at K = 2048, 64 CTAs of two 16-row
-tiles, the second prefetched during the first; not yet measured against 16 and 64, which
-tools/bench/gpu_kernel_times.py times beside it) and 128 otherwise (prefill: fewer partials per
-query), splits = ceil(K / rows); the function name then ends in `_r<rows>`. The option
-tensor-cores=false keeps every site on the f32-arithmetic kernels.
+tiles, the second prefetched during the first; the fastest of 16, 32, 64 and 128 there, as
+tools/bench/gpu_kernel_times.py measures them: docs/perf.md, "day0's kernels alone") and 128
+otherwise (prefill: fewer partials per query), splits = ceil(K / rows); the function name then
+ends in `_r<rows>`. The option tensor-cores=false keeps every site on the f32-arithmetic kernels.
+The kernels' ABI and grids: lowering/kernel_geometry.py, section dsa_attention.cu.
 """
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
 from day0.frontend.ir import Operation, ir
-from day0.passes import extern_dispatch
-from day0.passes.base import DiagnosticEngine, ModulePass, collect_ops, operator_name
-from day0.passes.dsa_to_gather_tiles import OP_NAME, _check
-from day0.passes.extern_dispatch import call_kernels, tensor_text
+from day0.lowering import kernel_geometry as kg
+from day0.passes.base import DiagnosticEngine, ModulePass, collect_sites, operator_name
+from day0.passes.extern_dispatch import call_kernels, executable_source_text, scale_tag, tensor_text
+from day0.passes.sites.dsa_attention import OP_NAME, DsaAttentionSite, match_dsa_attention
 from day0.passes.torch_ir import TensorType, TorchBuilder, replace_op
 
-EXECUTABLE = "day0_dsa_attention"
-KERNEL_PTX = "dsa_attention.sm_90.ptx"
-THREADS = 256
-HEADS_PER_CTA = 4
-ROWS_PER_SPLIT = 128
-MAX_D = 576
-MAX_V = 1024
-MMA_HEADS_PER_CTA = 64
-MMA_MAX_V = 512
-MMA_ROWS_DECODE = 32   # slots per split of the tensor-core kernel at S = 1
-MMA_ROWS_PREFILL = 128
-MMA_V_PER_CTA = 64     # combine: values of one (query, head) a CTA
-_DTYPES = {"f32": "f32", "bf16": "bf16"}  # torch dtype -> kernel suffix / builtin element type
-_TORCH_INT64 = 4
-KERNEL_ABI = tuple(
-    row for dt in _DTYPES.values() for row in (
-        # q, kv, idx | partial (m, l), partial acc ; H, D, K, V, T, scale bits ; grid (splits, H/4, S)
-        (f"day0_dsa_partial_{dt}", (True, True, True, False, False), 6, 3),
-        # partial (m, l), partial acc | out ; H, V, splits ; grid (H, S)
-        (f"day0_dsa_combine_{dt}", (True, True, False), 3, 2),
-    )) + (
-    # q, kv, idx | partial (m, l), partial acc ; H, D, K, V, T, scale bits, rows ; grid (splits, H/64, S)
-    ("day0_dsa_partial_bf16_mma", (True, True, True, False, False), 7, 3),
-    # partial (m, l), partial acc | out ; H, V, splits ; grid (V/64, H, S)
-    ("day0_dsa_combine_bf16_mma", (True, True, False), 3, 3),
-)
-
-
-def executable_source_text() -> str:
-    return extern_dispatch.executable_source_text(EXECUTABLE, KERNEL_PTX, KERNEL_ABI, THREADS)
-
-
-def scale_bits(scale: float) -> int:
-    """The f32 bits of `scale` as a signed i32 (push constants are 32-bit integers)."""
-    return struct.unpack("<i", struct.pack("<f", scale))[0]
-
-
-def mma_rows(dt: str, S: int | None, D: int, V: int) -> int | None:
-    """Slots per split of the tensor-core kernels for this site (S None: dynamic), or None where
-    the f32-arithmetic kernels take it."""
-    if dt != "bf16" or D % 8 or V % 8 or V > D or V > MMA_MAX_V:
-        return None
-    return MMA_ROWS_DECODE if S == 1 else MMA_ROWS_PREFILL
+EXECUTABLE = kg.DSA_ATTENTION.executable
+# (tests/test_cuda_kernels.py reads the kernel set's PTX and ABI here)
+KERNEL_PTX, KERNEL_ABI = kg.DSA_ATTENTION.ptx, kg.DSA_ATTENTION.entries
 
 
 def function_name(dt: str, H: int, D: int, T: int, K: int, V: int, scale: float, rows: int | None = None) -> str:
     tail = "" if rows is None else f"_r{rows}"
-    return f"day0_dsa_{dt}_H{H}_D{D}_T{T}_K{K}_V{V}_s{scale_bits(scale) & 0xFFFFFFFF:08x}{tail}"
+    return f"day0_dsa_{dt}_H{H}_D{D}_T{T}_K{K}_V{V}_{scale_tag(scale)}{tail}"
 
 
 def function_text(dt: str, H: int, D: int, T: int, K: int, V: int, scale: float, rows: int | None = None) -> str:
     """rows None: the f32-arithmetic kernels; else the bf16 tensor-core kernels with `rows` slots
     per split (a `rows` push constant, and the combine also split over V)."""
     mma = rows is not None
-    kernels = "bf16_mma" if mma else dt
-    splits = -(-K // (rows if mma else ROWS_PER_SPLIT))
-    groups = -(-H // (MMA_HEADS_PER_CTA if mma else HEADS_PER_CTA))
+    partial, combine = kg.dsa_entries(dt, rows)
+    splits, groups = kg.dsa_splits(K, rows), kg.dsa_head_groups(H, rows)
     q_t, kv_t, idx_t = f"tensor<?x{H}x{D}x{dt}>", f"tensor<{T}x{D}x{dt}>", f"tensor<?x{K}xi64>"
     ml_t, acc_t, out_t = (f"tensor<?x{splits}x{H}x2xf32>", f"tensor<?x{splits}x{H}x{V}xf32>",
                           f"tensor<?x{H}x{V}xf32>")  # the result is f32 for either dtype
-    vblocks = f"\n    %vblocks = arith.constant {-(-V // MMA_V_PER_CTA)} : index" if mma else ""
+    vblocks = f"\n    %vblocks = arith.constant {kg.dsa_value_blocks(V)} : index" if mma else ""
     rows_const = f"\n    %rows = arith.constant {rows} : i32" if mma else ""
     rows_arg, rows_type = (", %rows", ", i32") if mma else ("", "")
     combine_grid = "%vblocks, %nh, %s" if mma else "%nh, %s"
@@ -120,11 +79,11 @@ def function_text(dt: str, H: int, D: int, T: int, K: int, V: int, scale: float,
     %K = arith.constant {K} : i32
     %V = arith.constant {V} : i32
     %T = arith.constant {T} : i32
-    %scale = arith.constant {scale_bits(scale)} : i32{rows_const}
+    %scale = arith.constant {kg.f32_bits(scale)} : i32{rows_const}
     %nsplits = arith.constant {splits} : i32
-    %ml, %acc = flow.dispatch @{EXECUTABLE}::@day0_dsa_partial_{kernels}[%splits, %groups, %s](%H, %D, %K, %V, %T, %scale{rows_arg}, %q, %kv, %idx)
+    %ml, %acc = flow.dispatch @{EXECUTABLE}::@{partial}[%splits, %groups, %s](%H, %D, %K, %V, %T, %scale{rows_arg}, %q, %kv, %idx)
         : (i32, i32, i32, i32, i32, i32{rows_type}, {q_t}{{%s}}, {kv_t}, {idx_t}{{%s}}) -> ({ml_t}{{%s}}, {acc_t}{{%s}})
-    %out = flow.dispatch @{EXECUTABLE}::@day0_dsa_combine_{kernels}[{combine_grid}](%H, %V, %nsplits, %ml, %acc)
+    %out = flow.dispatch @{EXECUTABLE}::@{combine}[{combine_grid}](%H, %V, %nsplits, %ml, %acc)
         : (i32, i32, i32, {ml_t}{{%s}}, {acc_t}{{%s}}) -> {out_t}{{%s}}
     return %out : {out_t}
   }}"""
@@ -133,7 +92,7 @@ def function_text(dt: str, H: int, D: int, T: int, K: int, V: int, scale: float,
 @dataclass(frozen=True)
 class DsaToCudaKernel(ModulePass):
     """Options:
-    tensor-cores  bf16 sites that fit run on the tensor-core kernels (P rounded to bf16 for P·V;
+    tensor-cores  bf16 sites that fit run on the tensor-core kernels (P as two bf16 terms for P·V;
                   default true); false keeps the f32-arithmetic kernels for them.
     """
 
@@ -141,38 +100,35 @@ class DsaToCudaKernel(ModulePass):
     tensor_cores: bool = True
 
     def apply(self, module_op: Operation, diag: DiagnosticEngine) -> None:
-        sites = []
-        for op in collect_ops(module_op, lambda op: operator_name(op) == OP_NAME):
-            site = _check(op, diag)
-            if site is None:
-                continue
-            problem = (f"dtype {site.dtype} (the kernel takes f32 or bf16)" if site.dtype not in _DTYPES
-                       else f"D={site.D} > {MAX_D}" if site.D > MAX_D
-                       else f"V={site.V} > {MAX_V}" if site.V > MAX_V else None)
-            if problem:
-                diag.error(op, f"dsa_attention: the CUDA kernel cannot take {problem}")
-                continue
-            sites.append(site)
+        sites = collect_sites(module_op, lambda op: operator_name(op) == OP_NAME, match_dsa_attention, diag,
+                              _refuse)
         if not sites or diag.diagnostics:
             return
-        call_kernels(module_op, sites, self._key, function_name, function_text, _rewrite, executable_source_text())
+        call_kernels(module_op, sites, self._key, function_name, function_text, _rewrite,
+                     executable_source_text(kg.DSA_ATTENTION))
 
-    def _key(self, site) -> tuple:
-        dt = _DTYPES[site.dtype]
-        rows = mma_rows(dt, site.S, site.D, site.V) if self.tensor_cores else None
-        return (dt, site.H, site.D, TensorType.of(site.kv).dims[0], site.K, site.V, site.scale, rows)
+    def _key(self, site: DsaAttentionSite) -> tuple:
+        rows = kg.dsa_mma_rows(site.dtype, site.S, site.D, site.V) if self.tensor_cores else None
+        return (site.dtype, site.H, site.D, site.T, site.K, site.V, site.scale, rows)
 
 
-def _rewrite(site, fn: str) -> None:
-    op, dt = site.op, _DTYPES[site.dtype]
+def _refuse(site: DsaAttentionSite) -> str | None:
+    """What the kernels cannot take (their dtypes and their shared-memory and register layout)."""
+    problem = (f"dtype {site.dtype} (the kernel takes f32 or bf16)" if site.dtype not in kg.DSA_DTYPES
+               else f"D={site.D} > {kg.DSA_MAX_D}" if site.D > kg.DSA_MAX_D
+               else f"V={site.V} > {kg.DSA_MAX_V}" if site.V > kg.DSA_MAX_V else None)
+    return problem and f"dsa_attention: the CUDA kernel cannot take {problem}"
+
+
+def _rewrite(site: DsaAttentionSite, fn: str) -> None:
+    op, dt = site.op, site.dtype
     b = TorchBuilder(op)
     S, H, D, K, V = site.S, site.H, site.D, site.K, site.V
     idx = site.idx
     if site.idx_dtype != "si64":
-        idx = b.op("torch.aten.to.dtype", [idx, b.int(_TORCH_INT64), b.bool(False), b.bool(False), b.none()],
-                   TensorType((S, K), "si64"))
+        idx = b.to_dtype(idx, TensorType((S, K), "si64"))
     qb = b.op("torch_c.to_builtin_tensor", [site.q], tensor_text((S, H, D), dt))
-    kvb = b.op("torch_c.to_builtin_tensor", [site.kv], tensor_text(TensorType.of(site.kv).dims, dt))
+    kvb = b.op("torch_c.to_builtin_tensor", [site.kv], tensor_text((site.T, D), dt))
     ib = b.op("torch_c.to_builtin_tensor", [idx], tensor_text((S, K), "i64"))
     if S is not None:
         qb = b.op("tensor.cast", [qb], tensor_text((None, H, D), dt))

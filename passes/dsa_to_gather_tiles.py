@@ -1,15 +1,15 @@
 """dsa-to-gather-tiles: expand `torch.day0.dsa_attention` into gathered tiles + online softmax.
 
-Precondition: the module is raw torch IR from torch-mlir; every
+Precondition: the module is raw torch IR from torch-mlir; every `torch.day0.dsa_attention` keeps
+the op's contract (passes/sites/dsa_attention.py):
 
     %o = torch.operator "torch.day0.dsa_attention"(%q, %kv, %idx, %scale, %vdim)
-         : (!torch.vtensor<[S,H,D],f>, !torch.vtensor<[T,D],f>, !torch.vtensor<[S,K],si64>,
+         : (!torch.vtensor<[S,H,D],f>, !torch.vtensor<[T,D],f>, !torch.vtensor<[S,K],i>,
             !torch.float, !torch.int) -> !torch.vtensor<[S,H,V],f32>
 
-has static H, D, T, K (S may be `?`), `%scale` from `torch.constant.float` and `%vdim` from
-`torch.constant.int`, where f (q and kv alike) is f32, bf16 or f16 and the result is f32
-whatever f is. Afterwards no dsa_attention op is left: only aten ops that torch-mlir
-lowers, so `iree-compile --iree-input-type=torch` takes the result.
+static H, D, T, K (S may be `?`), f (q and kv alike) f32, bf16 or f16, i si64 or si32, the result
+f32 whatever f is. Afterwards no dsa_attention op is left: only aten ops that torch-mlir lowers, so
+`iree-compile --iree-input-type=torch` takes the result.
 
 The K selected slots are processed in K/tile tiles of `tile` consecutive slots (unrolled: the
 count is static). Per tile j, with sel = idx[:, j·t:(j+1)·t] and valid = sel >= 0:
@@ -28,9 +28,7 @@ as is: no rounding, no narrowing. For bf16, the widened q is rounded to nearest-
 f32 bits (integer ops; a no-op on real bf16 values), so the caller's f32 -> bf16 narrowing of q
 survives even if it lands in the dispatch that widens it: a bare f32 -> bf16 -> f32 round trip
 does not survive IREE's CPU codegen when the narrowing and the widening land in one dispatch
-(iree-convert-bf16-arith-to-f32 turns both into no-ops; when the op still rounded its result to
-bf16, the model's `.float()` of it saw the unrounded f32 that way, and the deepseek_v32 artifact
-with bf16 caches differed from eager by 1.3e-3).
+(iree-convert-bf16-arith-to-f32 turns both into no-ops, and q would enter unrounded).
 
 Decode form (S == 1): q is viewed as [H, D] and every product is an `mm` (matvec-shaped).
 Prefill form (S dynamic or > 1): batched over queries with `bmm`; the only queries × keys tensor
@@ -42,87 +40,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from day0.frontend.ir import Operation, Value
-from day0.passes.base import DiagnosticEngine, ModulePass, collect_ops, operator_name
-from day0.passes.torch_ir import TensorType, TorchBuilder, fmt_dim, fmt_dims, replace_op, torch_constant
+from day0.passes.base import DiagnosticEngine, ModulePass, collect_sites, operator_name
+from day0.passes.sites.dsa_attention import OP_NAME, DsaAttentionSite, match_dsa_attention
+from day0.passes.torch_ir import SCALAR_TYPE, TensorType, TorchBuilder, replace_op
 
-OP_NAME = "torch.day0.dsa_attention"
-_FLOAT_DTYPES = {"f32": -1.0e30, "bf16": -1.0e30, "f16": -3.0e4}  # dtype -> NEG (finite)
-_INDEX_DTYPES = ("si64", "si32")
-_SCALAR_TYPE = {"f16": 5, "f32": 6, "bf16": 15}  # torch ScalarType codes for aten.to.dtype
-_SI32 = 3  # torch ScalarType code of int32 (aten.view.dtype of f32 bits)
+_NEG = -1.0e30  # a large finite negative: the math is f32 whatever the io dtype
 _TINY = 1.0e-30  # l is 0 (all slots empty) or >= 1 (the max slot adds exp(0))
 
-# ---------------------------------------------------------------------------------------------
-# the rewrite
 
-
-@dataclass(frozen=True)
-class _Site:
-    """One checked dsa_attention op: operands and the static sizes the rewrite needs."""
-
-    op: Operation
-    q: Value
-    kv: Value
-    idx: Value
-    S: int | None
-    H: int
-    D: int
-    K: int
-    V: int
-    scale: float
-    dtype: str
-    idx_dtype: str
-
-
-
-def _check(op: Operation, diag: DiagnosticEngine) -> _Site | None:
-    """Return the site if `op` is well formed, else emit one error at the op and return None."""
-
-    def fail(message: str) -> None:
-        diag.error(op, f"dsa_attention: {message}")
-
-    if len(op.operands) != 5 or len(op.results) != 1:
-        return fail("expected 5 operands (q, kv, indices, scale, value_dim) and 1 result")
-    q_v, kv_v, idx_v, scale_v, vdim_v = op.operands
-    q, kv, idx, out = (TensorType.of(v) for v in (q_v, kv_v, idx_v, op.result))
-    for what, t, rank in (("q", q, 3), ("kv", kv, 2), ("indices", idx, 2), ("result", out, 3)):
-        if t is None:
-            return fail(f"{what} must be a !torch.vtensor, got {_type_of(what, op)}")
-        if len(t.dims) != rank:
-            return fail(f"{what} must have rank {rank}, got rank {len(t.dims)}")
-    if idx.dtype not in _INDEX_DTYPES:
-        return fail(f"indices must be integers (si64 or si32), got {idx.dtype}")
-    if q.dtype not in _FLOAT_DTYPES or kv.dtype != q.dtype:
-        return fail(f"q and kv must share one float dtype (f32, bf16 or f16), got {q.dtype}, {kv.dtype}")
-    if out.dtype != "f32":
-        return fail(f"result must be f32 (whatever the q/kv dtype), got {out.dtype}")
-    (S, H, D), (T, Dk), (Si, K) = q.dims, kv.dims, idx.dims
-    if None in (H, D, T, Dk, K):
-        return fail("H, D, T and K must be static (only the query count S may be dynamic)")
-    if Dk != D:
-        return fail(f"kv row size {Dk} differs from the query size {D}")
-    if Si != S:
-        return fail(f"indices have {fmt_dim(Si)} rows but there are {fmt_dim(S)} queries")
-    scale = torch_constant(scale_v, "torch.constant.float")
-    if scale is None:
-        return fail("scale must come from torch.constant.float")
-    V = torch_constant(vdim_v, "torch.constant.int")
-    if V is None:
-        return fail("value_dim must come from torch.constant.int")
-    if not 0 < V <= D:
-        return fail(f"value_dim {V} must be in [1, {D}] (values are kv[:, :value_dim])")
-    if out.dims[1:] != (H, V) or out.dims[0] != S:
-        return fail(f"result must be [{fmt_dim(S)},{H},{V}], got {fmt_dims(out.dims)}")
-    return _Site(op, q_v, kv_v, idx_v, S, H, D, K, V, scale, q.dtype, idx.dtype)
-
-
-
-def _type_of(what: str, op: Operation) -> str:
-    i = ("q", "kv", "indices").index(what) if what != "result" else None
-    return str(op.result.type if i is None else op.operands[i].type)
-
-
-def _rewrite(site: _Site, tile: int, block: int = 0) -> Value:
+def _rewrite(site: DsaAttentionSite, tile: int, block: int = 0) -> Value:
     """Emit the tiled online softmax before `site.op`; return the [S, H, V] result value.
     block > 0: tiles of `block` slots (the last one may be shorter), each gathered as one
     aligned block of the cache viewed [T/block, block, D] (the option's precondition)."""
@@ -132,14 +58,12 @@ def _rewrite(site: _Site, tile: int, block: int = 0) -> Value:
     # The math runs in f32 whatever the io dtype: bf16 scores, max and sums over K slots lost ~2%
     # (q and the gathered rows are widened; the result is f32 too).
     f = "f32"
-    neg = _FLOAT_DTYPES[f]
     T = lambda *dims, dtype=f: TensorType(tuple(dims), dtype)  # noqa: E731
 
     def to(value, dims, dtype):
         if dtype == TensorType.of(value).dtype:
             return value
-        return b.op("torch.aten.to.dtype", [value, b.int(_SCALAR_TYPE[dtype]), b.bool(False), b.bool(False),
-                                            b.none()], T(*dims, dtype=dtype))
+        return b.to_dtype(value, T(*dims, dtype=dtype))
 
     def round_bf16(value, dims):
         # f32 `value` rounded to the nearest bf16 (ties to even), still f32: the integer form of
@@ -147,13 +71,13 @@ def _rewrite(site: _Site, tile: int, block: int = 0) -> Value:
         # the widened q only. Exact for every finite value and infinities; only a NaN with an
         # all-ones payload changes.
         i32 = lambda: T(*dims, dtype="si32")  # noqa: E731
-        bits = b.op("torch.aten.view.dtype", [value, b.int(_SI32)], i32())
+        bits = b.op("torch.aten.view.dtype", [value, b.int(SCALAR_TYPE["si32"])], i32())
         lsb = b.op("torch.aten.bitwise_and.Scalar", [bits, b.int(1 << 16)], i32())
         lsb = b.op("torch.aten.floor_divide.Scalar", [lsb, b.int(1 << 16)], i32())  # 0 or 1
         bits = b.op("torch.aten.add.Scalar", [bits, b.int(0x7FFF), one], i32())
         bits = b.op("torch.aten.add.Tensor", [bits, lsb, one], i32())
         bits = b.op("torch.aten.bitwise_and.Scalar", [bits, b.int(-(1 << 16))], i32())
-        return b.op("torch.aten.view.dtype", [bits, b.int(_SCALAR_TYPE[f])], T(*dims))
+        return b.op("torch.aten.view.dtype", [bits, b.int(SCALAR_TYPE[f])], T(*dims))
 
     # Leading dims of per-query tensors: () in decode form, (S,) in prefill form.
     lead = () if decode else (S,)
@@ -170,7 +94,7 @@ def _rewrite(site: _Site, tile: int, block: int = 0) -> Value:
     bounds = [(lo, min(lo + step, K)) for lo in range(0, K, step)]
     if block:  # the cache as aligned blocks [T/block, block, D]
         blocks = b.op("torch.aten.view", [site.kv, b.ints([-1, block, D])],
-                      T(TensorType.of(site.kv).dims[0] // block, block, D, dtype=io))
+                      T(site.T // block, block, D, dtype=io))
     m = l = acc = None
     for lo, hi in bounds:
         tile = hi - lo
@@ -209,7 +133,7 @@ def _rewrite(site: _Site, tile: int, block: int = 0) -> Value:
         rows_t = b.op("torch.aten.transpose.int", [rows, b.int(-2), last], T(*lead, D, tile))
         s = b.op(mm, [q, rows_t], T(*lead, H, tile))
         s = b.op("torch.aten.mul.Scalar", [s, b.float(site.scale)], T(*lead, H, tile))
-        s = b.op("torch.aten.where.ScalarOther", [valid, s, b.float(neg)], T(*lead, H, tile))
+        s = b.op("torch.aten.where.ScalarOther", [valid, s, b.float(_NEG)], T(*lead, H, tile))
         # m' = max(m, rowmax(s))
         m_new = b.op("torch.aten.amax", [s, b.ints([-1]), b.bool(True)], T(*lead, H, 1))
         if m is not None:
@@ -258,39 +182,29 @@ class DsaToGatherTiles(ModulePass):
     """
 
     name = "dsa-to-gather-tiles"
+    option_minimums = {"block": 0, "tile": 1, "decode_tile": 0}
     tile: int = 64
     decode_tile: int = 0
     block: int = 0
 
-    def __post_init__(self):
-        if self.block < 0:
-            raise ValueError(f"block must be >= 0, got {self.block}")
-        if self.tile < 1:
-            raise ValueError(f"tile must be >= 1, got {self.tile}")
-        if self.decode_tile < 0:
-            raise ValueError(f"decode-tile must be >= 0, got {self.decode_tile}")
-
-    def tile_for(self, site: _Site) -> int:
+    def tile_for(self, site: DsaAttentionSite) -> int:
         tile = self.decode_tile if site.S == 1 and self.decode_tile else self.tile
         return min(tile, site.K)
 
     def apply(self, module_op: Operation, diag: DiagnosticEngine) -> None:
-        for op in collect_ops(module_op, lambda op: operator_name(op) == OP_NAME):
-            site = _check(op, diag)
-            if site is None:
-                continue
-            if self.block:
-                rows = TensorType.of(site.kv).dims[0]
-                if rows % self.block:
-                    diag.error(op, f"dsa_attention: block={self.block} does not divide the {rows} cache rows")
-                    continue
-                replace_op(op, [_rewrite(site, 0, self.block)])
-                continue
-            tile = self.tile_for(site)
-            if site.K % tile:
-                option = "decode-tile" if site.S == 1 and self.decode_tile else "tile"
-                diag.error(op, f"dsa_attention: {option}={tile} does not divide the {site.K} selected slots")
-                continue
-            replace_op(op, [_rewrite(site, tile)])
+        for site in collect_sites(module_op, lambda op: operator_name(op) == OP_NAME, match_dsa_attention, diag,
+                                  self._refuse):
+            out = _rewrite(site, 0, self.block) if self.block else _rewrite(site, self.tile_for(site))
+            replace_op(site.op, [out])
 
-
+    def _refuse(self, site: DsaAttentionSite) -> str | None:
+        """The options' preconditions: block divides T, or the tile divides K."""
+        if self.block:
+            if site.T % self.block:
+                return f"dsa_attention: block={self.block} does not divide the {site.T} cache rows"
+            return None
+        tile = self.tile_for(site)
+        if site.K % tile:
+            option = "decode-tile" if site.S == 1 and self.decode_tile else "tile"
+            return f"dsa_attention: {option}={tile} does not divide the {site.K} selected slots"
+        return None

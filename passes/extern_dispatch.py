@@ -1,11 +1,9 @@
 """Helpers for passes that call day0's hand-written CUDA kernels as IREE external dispatches: the
-PTX shipped in lowering/kernels/, the `hal.executable.source` declaring a kernel set, and parsing
-module-level text into a module.
+PTX shipped in lowering/kernels/, the `hal.executable.source` declaring a kernel set, the private
+functions that dispatch it, and parsing module-level text into a module.
 
-A kernel follows IREE's CUDA ABI: one pointer per binding (in dispatch order: operands, then the
-results that are not tied to an operand), then one 32-bit value per push constant. A kernel set
-is described as KERNEL_ABI rows (entry, read-only flag per binding, push constants, workload
-dims); the workload is the CUDA grid (x, y, z), missing dims 1.
+A kernel set's ABI (entries, bindings, push constants, workload = grid dims) and launch geometry
+live in day0.lowering.kernel_geometry, which the GPU-host tools read too.
 """
 
 from __future__ import annotations
@@ -14,6 +12,7 @@ from functools import cache
 from importlib import resources
 
 from day0.frontend.ir import Module, Operation
+from day0.lowering.kernel_geometry import KernelSet, f32_bits
 
 
 @cache
@@ -41,21 +40,27 @@ def _export(name: str, ordinal: int, read_only, constants: int, workload: int, t
     }}, {{}}) : () -> ()"""
 
 
-def executable_source_text(symbol: str, ptx_name: str, abi, threads: int) -> str:
-    """`hal.executable.source @symbol` exporting the kernels of `abi`, with the PTX embedded."""
-    exports = "".join(_export(name, i, read_only, constants, workload, threads)
-                      for i, (name, read_only, constants, workload) in enumerate(abi))
-    ptx = kernel_ptx(ptx_name)
+def executable_source_text(kernels: KernelSet) -> str:
+    """`hal.executable.source @<kernels.executable>` exporting the set's entries in ordinal order,
+    with its PTX embedded."""
+    exports = "".join(_export(name, i, read_only, constants, workload, kernels.threads)
+                      for i, (name, read_only, constants, workload) in enumerate(kernels.entries))
+    symbol, ptx = kernels.executable, kernel_ptx(kernels.ptx)
     data = f'dense<"0x{ptx.hex().upper()}"> : vector<{len(ptx)}xi8>'
     target = '#hal.executable.target<"cuda", "cuda-nvptx-fb">'
     # `path` names the file for readers; IREE uses the embedded `data` (IREE 3.13 also prints an
     # object without a path unparseably, as `<{, data = ...}>`).
-    obj = f'#hal.executable.object<{{path = "{ptx_name}", data = {data}}}>'
+    obj = f'#hal.executable.object<{{path = "{kernels.ptx}", data = {data}}}>'
     objects = f"#hal.executable.objects<{{{target} = [{obj}]}}>"
     return f"""
   "hal.executable.source"() <{{sym_name = "{symbol}", sym_visibility = "private", objects = {objects}}}> ({{{exports}
     "hal.executable.source_end"() : () -> ()
   }}) : () -> ()"""
+
+
+def scale_tag(scale: float) -> str:
+    """`s<8 hex digits>`: the f32 bits of a scale, for function names."""
+    return f"s{f32_bits(scale) & 0xFFFFFFFF:08x}"
 
 
 def tensor_text(dims, elem: str) -> str:

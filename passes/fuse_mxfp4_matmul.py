@@ -1,16 +1,11 @@
 """fuse-mxfp4-matmul: expand `torch.day0.mxfp4_linear` / `mxfp4_moe` into MXFP4 unpack inside the
 matmul's reduction, so that IREE forms one dispatch per matmul and no dequantized weight exists.
 
-Precondition: raw torch IR from torch-mlir with
-
-    %y = torch.operator "torch.day0.mxfp4_linear"(%x, %packed, %scales)
-         : (!torch.vtensor<[M,K],f32>, !torch.vtensor<[N,K/2],ui8>, !torch.vtensor<[N,K/32],ui8>)
-         -> !torch.vtensor<[M,N],f32>
-    %y = torch.operator "torch.day0.mxfp4_moe"(%x, %packed, %scales, %experts)
-         : (!torch.vtensor<[T,K],f32>, !torch.vtensor<[E,N,K/2],ui8>, !torch.vtensor<[E,N,K/32],ui8>,
-            !torch.vtensor<[T,k],si64>) -> !torch.vtensor<[T,k,N],f32>
-
-N, K, E, k static, K a multiple of 32; M / T may be dynamic. Afterwards no such op is left.
+Precondition: raw torch IR from torch-mlir whose ops keep their contract (passes/sites/mxfp4.py):
+mxfp4_linear takes x [M, K] f32, packed [N, K/2] ui8 and scales [N, K/32] ui8 to [M, N] f32;
+mxfp4_moe takes x [T, K], packed [E, N, K/2], scales [E, N, K/32] and integer experts [T, k] to
+[T, k, N] f32; N, K, E, k static, K a multiple of 32, M / T may be dynamic. Afterwards no such
+op is left.
 Every op is rewritten between torch_c.to_builtin_tensor / from_builtin_tensor into linalg on
 builtin tensors (the experts' rows are gathered first with torch index_select: u8, packed size).
 
@@ -25,24 +20,16 @@ Fused form (decode, M/T == 1; also prefill with prefill=fused):
     y[m, n] = Σ_g Σ_b (xlo[m,g,b]·dec(p[n,g,b] & 15) + xhi[m,g,b]·dec(p[n,g,b] >> 4)) · 2^(s[n,g]−127)
 as ONE linalg.generic (m, n | g, b) reading the packed bytes and the scales directly.
 The barrier keeps the deinterleave of x in its own small dispatch (one transpose of K floats):
-fused into the contraction it makes every weight row read x with stride 2, and the 2048×4096
-matvec took 9–17 ms instead of 2.3 ms in a hand-written prototype (iree-benchmark-module).
+fused into the contraction it makes every weight row read x with stride 2, which made the
+matvec several times slower in a hand-written prototype (iree-benchmark-module).
 moe: the same contraction over (t, j, n | g, b) on the gathered [T, k, N, K/32, 16] bytes.
 
 Unfused form (prefill=unfused, the default for mxfp4_linear with M != 1): dequantize into a
 temporary f32 weight [N, K] behind a `util.optimization_barrier` (IREE's aggressive
 fusion would otherwise put the unpack back into the matmul), then `linalg.matmul` (moe: a
-generic contraction). Measured by `python -m day0.tools.bench.bench_mxfp4` on this 2-core CPU
-(IREE 3.13, llvm-cpu flags of lowering/targets.py; medians, result read back; ms):
-
-    N x K      M   fused  unfused  torch eager op  torch f32 (pre-dequantized)  limit
-    2048x4096  1    1.48    11.75         217.3          2.24                   0.197
-    2048x4096 32   43.58    21.14         156.4         10.83
-    4096x2048  1    0.75     8.91         263.4          1.84                   0.197
-    4096x2048 32   74.85    41.46         328.4         31.71
-
-(limit: packed bytes ÷ 22.6 GB/s numpy copy bandwidth.) Fused wins decode 8–12×; unfused wins
-prefill 2× at M = 32: default prefill=unfused.
+generic contraction). On the CPU the fused form wins decode by far and the unfused one wins
+prefill (`python -m day0.tools.bench.bench_mxfp4`; measured: docs/perf.md, "CPU, MXFP4 expert
+matvec"): default prefill=unfused.
 """
 
 from __future__ import annotations
@@ -50,82 +37,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from day0.frontend.ir import Module, Operation
-from day0.passes.base import DiagnosticEngine, ModulePass, collect_ops, operator_name
-from day0.passes.torch_ir import TensorType, fmt_dim, fmt_dims
+from day0.passes.base import DiagnosticEngine, ModulePass, collect_sites, operator_name
+from day0.passes.sites.mxfp4 import OP_NAMES, Mxfp4Site, match_mxfp4
+from day0.passes.torch_ir import fmt_dim
 
-LINEAR = "torch.day0.mxfp4_linear"
-MOE = "torch.day0.mxfp4_moe"
-_INDEX_DTYPES = ("si64", "si32", "ui8", "si8", "si16", "ui16", "ui32", "ui64")
 _LUT = sum(v << (4 * c) for c, v in enumerate((0, 1, 2, 3, 4, 6, 8, 12)))  # 2·|E2M1[c]|, 4 bits each
 _PREFILL_FORMS = ("fused", "unfused")
-
-
-# ---------------------------------------------------------------------------------------------
-# checks
-
-
-@dataclass(frozen=True)
-class _Site:
-    op: Operation
-    moe: bool
-    lead: int | None  # M (linear) or T (moe); None = dynamic
-    N: int
-    K: int
-    E: int = 0
-    k: int = 0
-    experts_dtype: str = "si64"
-
-
-def _check(op: Operation, moe: bool, diag: DiagnosticEngine) -> _Site | None:
-    what = "mxfp4_moe" if moe else "mxfp4_linear"
-
-    def fail(message: str) -> None:
-        diag.error(op, f"{what}: {message}")
-
-    names = ("x", "packed", "scales", "experts") if moe else ("x", "packed", "scales")
-    if len(op.operands) != len(names) or len(op.results) != 1:
-        return fail(f"expected {len(names)} operands ({', '.join(names)}) and 1 result")
-    types = [TensorType.of(v) for v in (*op.operands, op.result)]
-    ranks = (2, 3, 3, 2, 3) if moe else (2, 2, 2, 2)
-    for name, t, rank, v in zip((*names, "result"), types, ranks, (*op.operands, op.result)):
-        if t is None:
-            return fail(f"{name} must be a !torch.vtensor, got {v.type}")
-        if len(t.dims) != rank:
-            return fail(f"{name} must have rank {rank}, got rank {len(t.dims)}")
-    x, packed, scales, *rest = types
-    if x.dtype != "f32":
-        return fail(f"x must be f32, got {x.dtype}")
-    for name, t in (("packed", packed), ("scales", scales)):
-        if t.dtype != "ui8":
-            return fail(f"{name} must be ui8, got {t.dtype}")
-    lead, K = x.dims
-    if K is None or None in packed.dims or None in scales.dims:
-        return fail("K and the weight's dims must be static (only the row count may be dynamic)")
-    *E, N, half = packed.dims
-    if K % 32:
-        return fail(f"K={K} (from x) is not a multiple of 32")
-    if half * 2 != K:
-        return fail(f"packed has {half} bytes a row, expected K/2 = {K // 2} for x's K={K}")
-    want_scales = (*E, N, K // 32)
-    if scales.dims != want_scales:
-        return fail(f"scales must be {fmt_dims(want_scales)} (one byte per 32 values), got {fmt_dims(scales.dims)}")
-    if not moe:
-        out = rest[0]
-        if out.dtype != "f32" or out.dims != (lead, N):
-            return fail(f"result must be f32 {fmt_dims((lead, N))}, got {out.dtype} {fmt_dims(out.dims)}")
-        return _Site(op, False, lead, N, K)
-    experts, out = rest
-    if experts.dtype not in _INDEX_DTYPES:
-        return fail(f"experts must be integers, got {experts.dtype}")
-    if experts.dims[1] is None:
-        return fail("the number of experts per token k must be static")
-    if experts.dims[0] != lead:
-        return fail(f"experts have {fmt_dim(experts.dims[0])} rows but x has {fmt_dim(lead)} tokens")
-    want = (lead, experts.dims[1], N)
-    if out.dtype != "f32" or out.dims != want:
-        return fail(f"result must be f32 {fmt_dims(want)}, got {out.dtype} {fmt_dims(out.dims)}")
-    return _Site(op, True, lead, N, K, E[0], experts.dims[1], experts.dtype)
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -180,7 +97,7 @@ def _shape(*dims) -> str:
 class _Template:
     """Shapes and text pieces shared by the forms of one site."""
 
-    def __init__(self, site: _Site):
+    def __init__(self, site: Mxfp4Site):
         self.s = site
         K = site.K
         self.KB, self.G = K // 2, K // 32
@@ -354,7 +271,7 @@ class _Template:
 }}"""
 
 
-def _rewrite(site: _Site, fused: bool) -> None:
+def _rewrite(site: Mxfp4Site, fused: bool) -> None:
     """Parse the form's function in the op's context, move its body before the op, rewire."""
     op = site.op
     template = Module.parse(_Template(site).function(fused), op.context)
@@ -374,8 +291,8 @@ def _rewrite(site: _Site, fused: bool) -> None:
 class FuseMxfp4Matmul(ModulePass):
     """Options:
     prefill  the form of an `mxfp4_linear` whose row count M is not statically 1: `unfused`
-             (default: dequantize to a temporary f32 weight, then a plain matmul; 2× faster than
-             fused at M=32 on this CPU) or `fused` (the decode form). `mxfp4_moe` is always
+             (default: dequantize to a temporary f32 weight, then a plain matmul; faster than
+             fused for prefill on the CPU) or `fused` (the decode form). `mxfp4_moe` is always
              fused: its rows gather their own experts' weights, so nothing amortizes a temporary.
     """
 
@@ -387,11 +304,8 @@ class FuseMxfp4Matmul(ModulePass):
             raise ValueError(f"prefill must be one of {', '.join(_PREFILL_FORMS)}, got '{self.prefill}'")
 
     def apply(self, module_op: Operation, diag: DiagnosticEngine) -> None:
-        for op in collect_ops(module_op, lambda op: operator_name(op) in (LINEAR, MOE)):
-            site = _check(op, operator_name(op) == MOE, diag)
-            if site is None:
-                continue
-            with op.location:
+        for site in collect_sites(module_op, lambda op: operator_name(op) in OP_NAMES, match_mxfp4, diag):
+            with site.op.location:
                 # moe rows never share a weight (each (token, expert) pair gathers its own), so a
                 # dequantized temporary buys nothing there: moe is always fused.
                 _rewrite(site, fused=site.moe or site.lead == 1 or self.prefill == "fused")

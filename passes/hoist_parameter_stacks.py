@@ -35,22 +35,10 @@ import re
 from dataclasses import dataclass
 from math import prod
 
-from day0.frontend.ir import (
-    FlatSymbolRefAttr,
-    InsertionPoint,
-    IntegerAttr,
-    IntegerType,
-    Location,
-    Operation,
-    RankedTensorType,
-    StringAttr,
-    Type,
-    TypeAttr,
-    Value,
-    ir,
-)
+from day0.frontend.ir import FlatSymbolRefAttr, InsertionPoint, Operation, StringAttr, Type, Value, ir
 from day0.passes.base import DiagnosticEngine, ModulePass, unique_symbol
 from day0.passes.parameters_to_globals import builtin_tensor_type
+from day0.passes.torch_ir import defining_op, torch_constant
 
 _CAT, _STACK = "torch.aten.cat", "torch.aten.stack"
 _RESHAPES = ("torch.aten.view", "torch.aten.unsqueeze")
@@ -87,7 +75,7 @@ class _Reshape:
 
 
 def _shape(type_text: str) -> list[int]:
-    return list(RankedTensorType(Type.parse(type_text)).shape)
+    return list(ir.RankedTensorType(Type.parse(type_text)).shape)
 
 
 def _leaves(e) -> list[_Param]:
@@ -105,18 +93,6 @@ def _data(e):
     return e
 
 
-def _owner(value: Value) -> Operation | None:
-    owner = getattr(value.owner, "operation", value.owner)
-    return owner if isinstance(owner, Operation) else None
-
-
-def _const_int(value: Value) -> int | None:
-    op = _owner(value)
-    if op is None or op.name != _INT:
-        return None
-    return IntegerAttr(op.attributes["value"]).value
-
-
 class _Matcher:
     """Which values are parameter stacks; memoized per defining op."""
 
@@ -125,7 +101,7 @@ class _Matcher:
         self.memo: dict[Operation, object | None] = {}
 
     def expr(self, value: Value):
-        op = _owner(value)
+        op = defining_op(value)
         if op is None:
             return None
         if op not in self.memo:
@@ -139,14 +115,14 @@ class _Matcher:
         if rtype is None:  # not a static-shaped vtensor
             return None
         if op.name == "torch_c.from_builtin_tensor":
-            load = _owner(op.operands[0])
+            load = defining_op(op.operands[0])
             if load is None or load.name != "util.global.load":
                 return None
             symbol = FlatSymbolRefAttr(load.attributes["global"]).value
             return _Param(symbol, str(op.operands[0].type)) if symbol in self.params else None
         rank = len(_shape(rtype))
         if op.name in (_CAT, _STACK):
-            lst, dim = _owner(op.operands[0]), _const_int(op.operands[1])
+            lst, dim = defining_op(op.operands[0]), torch_constant(op.operands[1], _INT)
             if lst is None or lst.name != _LIST or dim is None or not -rank <= dim < rank:
                 return None
             parts = tuple(self.expr(v) for v in lst.operands)
@@ -170,7 +146,7 @@ class _Matcher:
 class _InitBuilder:
     """Emits builtin tensor ops computing an expression into one util.initializer block."""
 
-    def __init__(self, ip: InsertionPoint, loc: Location):
+    def __init__(self, ip: InsertionPoint, loc: ir.Location):
         self.ip, self.loc = ip, loc
         self.memo: dict[object, Value] = {}
 
@@ -234,8 +210,8 @@ class _InitBuilder:
 
 
 def _reassociation(rank: int) -> ir.Attribute:
-    i64 = IntegerType.get_signless(64)
-    return ir.ArrayAttr.get([ir.ArrayAttr.get([IntegerAttr.get(i64, i) for i in range(rank)])])
+    i64 = ir.IntegerType.get_signless(64)
+    return ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, i) for i in range(rank)])])
 
 
 def _stack_name(e, taken: set[str]) -> str:
@@ -266,11 +242,8 @@ class HoistParameterStacks(ModulePass):
     """
 
     name = "hoist-parameter-stacks"
+    option_minimums = {"min_operands": 1}
     min_operands: int = 2
-
-    def __post_init__(self):
-        if self.min_operands < 1:
-            raise ValueError(f"min-operands must be >= 1, got {self.min_operands}")
 
     def apply(self, module_op: Operation, diag: DiagnosticEngine) -> None:
         body = module_op.regions[0].blocks[0]
@@ -328,20 +301,20 @@ class HoistParameterStacks(ModulePass):
         for op, _ in stacks:
             inner.add(op)
             if op.name in (_CAT, _STACK):
-                inner.add(_owner(op.operands[0]))
+                inner.add(defining_op(op.operands[0]))
         # a stack is a root when some use is outside the stacks (walk order: operands first)
         return [(op, e) for op, e in stacks
                 if any(getattr(u.owner, "operation", u.owner) not in inner for u in op.result.uses)]
 
 
-def _emit_global(symbol: str, e, loc: Location, anchor: InsertionPoint) -> None:
+def _emit_global(symbol: str, e, loc: ir.Location, anchor: InsertionPoint) -> None:
     Operation.create("util.global", attributes={
         "sym_name": StringAttr.get(symbol),
         "sym_visibility": StringAttr.get("private"),
-        "type": TypeAttr.get(Type.parse(e.type)),
+        "type": ir.TypeAttr.get(Type.parse(e.type)),
     }, loc=loc, ip=anchor)
     init = Operation.create("util.initializer", attributes={
-        "function_type": TypeAttr.get(ir.FunctionType.get([], [])),
+        "function_type": ir.TypeAttr.get(ir.FunctionType.get([], [])),
     }, regions=1, loc=loc, ip=anchor)
     block = init.regions[0].blocks.append()
     ip = InsertionPoint(block)
@@ -356,7 +329,7 @@ def _mark_tree(op: Operation) -> None:
     if op.name in _PURE and _DEAD not in op.attributes:
         op.attributes[_DEAD] = ir.UnitAttr.get()
         for v in op.operands:
-            if (p := _owner(v)) is not None:
+            if (p := defining_op(v)) is not None:
                 _mark_tree(p)
 
 

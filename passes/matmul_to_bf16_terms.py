@@ -2,10 +2,10 @@
 on bf16 tensor cores, as a sum of bf16 products accumulated in f32, at f32 accuracy.
 
 The models compute in f32, and their weights are stored in bf16 and widened where they are used
-(models/layers.py). IREE 3.13 compiles such an f32 matmul for sm_90 as a SIMT f32 kernel: a
-512-row chunk of the 4.9B benchmark model's lm_head (512 × 32000 × 2048) takes 16.8 ms on the
-H200, against 0.56 ms as two bf16 products on `mma.sync` (docs/perf.md). The widened operand is
-exact in bf16; the f32 operand x is split into bf16 terms,
+(models/layers.py). IREE 3.13 compiles such an f32 matmul for sm_90 as a SIMT f32 kernel, many
+times slower than bf16 products on `mma.sync` for a prefill chunk's projections and lm_head
+(measured: docs/perf.md, "End to end: the 4.9B deepseek_v32 benchmark model"). The widened
+operand is exact in bf16; the f32 operand x is split into bf16 terms,
 
     t0 = x rounded to bf16 (to nearest even, on the bits)   t1 = bf16(x - t0)   t2 = bf16(x - t0 - t1)
 
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from day0.frontend.ir import Module, Operation, Value
 from day0.passes.base import DiagnosticEngine, ModulePass, collect_ops
-from day0.passes.torch_ir import TensorType, TorchBuilder, replace_op
+from day0.passes.torch_ir import TensorType, TorchBuilder, defining_op, replace_op
 
 MATMULS = ("torch.aten.mm", "torch.aten.bmm")
 WIDENS = ("torch.prims.convert_element_type", "torch.aten.to.dtype", "torch.aten._to_copy")
@@ -43,11 +43,6 @@ WIDENS = ("torch.prims.convert_element_type", "torch.aten.to.dtype", "torch.aten
 LAYOUT = ("torch.aten.permute", "torch.aten.view", "torch.aten.reshape", "torch.aten.slice.Tensor",
           "torch.aten.transpose.int", "torch.aten.t", "torch.aten.unsqueeze", "torch.aten.squeeze.dim",
           "torch.aten.select.int", "torch.aten.expand")
-
-
-def _owner(v: Value) -> Operation | None:
-    owner = getattr(v.owner, "operation", v.owner)
-    return owner if isinstance(owner, Operation) else None
 
 
 @dataclass(frozen=True)
@@ -63,10 +58,10 @@ class Widened:
 def widened_chain(v: Value) -> Widened | None:
     """How `v` is a widened bf16 value, or None."""
     chain: list[Operation] = []
-    op = _owner(v)
+    op = defining_op(v)
     while op is not None and op.name in LAYOUT:
         chain.append(op)
-        op = _owner(op.operands[0])
+        op = defining_op(op.operands[0])
     if op is None or op.name not in WIDENS:
         return None
     src = TensorType.of(op.operands[0])
@@ -205,14 +200,14 @@ class MatmulToBf16Terms(ModulePass):
     """
 
     name = "matmul-to-bf16-terms"
+    option_minimums = {"min_rows": 1}
     min_rows: int = 64
     terms: int = 3
 
     def __post_init__(self):
         if self.terms not in (2, 3):
             raise ValueError(f"terms must be 2 or 3, got {self.terms}")
-        if self.min_rows < 1:
-            raise ValueError(f"min-rows must be >= 1, got {self.min_rows}")
+        super().__post_init__()
 
     def apply(self, module_op: Operation, diag: DiagnosticEngine) -> None:
         sites = []

@@ -9,15 +9,15 @@ that pipeline switched off it compiles but computes wrong results on the H200 (r
 each 16-byte MX block (32 codes) with its scale byte and gather the chosen experts' rows
 themselves (no gathered weight copy).
 
-Precondition: the op checks of fuse-mxfp4-matmul (f32 x [M|T, K], ui8 packed/scales with
-static dims, K a multiple of 32), plus K <= 8192 where the matvec runs (it caches x in shared
-memory). Rewrite:
+Precondition: the mxfp4 ops keep their contract (passes/sites/mxfp4.py: f32 x [M|T, K], ui8
+packed/scales with static dims, K a multiple of 32), plus K <= 8192 where the matvec runs (it
+caches x in shared memory). Rewrite:
     %y = torch.operator "torch.day0.mxfp4_moe"(%x, %p, %s, %e)    # [T, k, N]
  -> %r = func.call @day0_mxfp4_moe_<E>x<N>x<K>_k<k>(xb, pb, sb, eb)  (builtin tensors, T dynamic)
 with the function holding one flow.dispatch of @day0_mxfp4_matvec over the grid (ceil(N/32), T·k):
 one (token, slot) row a CTA column, on CUDA cores. That suits decode (T = 1); in prefill every
-row re-reads and re-decodes its expert's weights (~296 ms of a 1K-token prefill of the 4.9B
-benchmark model on the H200). So a moe site whose T is dynamic, or whose static row count T·k
+row re-reads and re-decodes its expert's weights (the largest kernel of a prefill before the GEMM:
+docs/perf.md, the e2e section). So a moe site whose T is dynamic, or whose static row count T·k
 fills at least one 64-row tile, calls @day0_mxfp4_moe_gemm_<E>x<N>x<K>_k<k> instead: one
 flow.dispatch of @day0_mxfp4_moe_gemm over (ceil(N/64), E), push constants K, N, k, E, T·k; a
 CTA collects its expert's rows and multiplies 64 of them at a time on tensor cores (x as two
@@ -25,7 +25,8 @@ bf16 terms: 16 significant bits, f32 sums). Decode keeps the matvec: both of its
 k rows (gate_up T = 1; down takes the k (token, slot) rows as k tokens with k = 1). The option
 gemm=false keeps every site on the matvec.
 mxfp4_linear is the matvec with one expert: packed [1, N, K/2], experts all 0, k = 1.
-Afterwards no mxfp4 op is left.
+Afterwards no mxfp4 op is left. The kernels' ABI and grids: lowering/kernel_geometry.py, sections
+mxfp4_matvec.cu and mxfp4_moe_gemm.cu.
 """
 
 from __future__ import annotations
@@ -33,38 +34,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from day0.frontend.ir import Operation, ir
-from day0.passes import extern_dispatch
-from day0.passes.base import DiagnosticEngine, ModulePass, collect_ops, operator_name
-from day0.passes.extern_dispatch import call_kernels, tensor_text
-from day0.passes.fuse_mxfp4_matmul import LINEAR, MOE, _check
+from day0.lowering import kernel_geometry as kg
+from day0.passes.base import DiagnosticEngine, ModulePass, collect_sites, operator_name
+from day0.passes.extern_dispatch import call_kernels, executable_source_text, tensor_text
+from day0.passes.sites.mxfp4 import OP_NAMES, Mxfp4Site, match_mxfp4
 from day0.passes.torch_ir import TensorType, TorchBuilder, replace_op
 
-EXECUTABLE = "day0_mxfp4_matvec"
-KERNEL_PTX = "mxfp4_matvec.sm_90.ptx"
-THREADS = 256  # 8 warps (both kernels)
-ROWS_PER_CTA = 32
-MAX_K = 8192
-_TORCH_INT64 = 4
-# x, packed, scales, experts (i64) | out ; constants K, N, k, E ; grid (ceil(N/32), rows)
-KERNEL_ABI = (("day0_mxfp4_matvec", (True, True, True, True, False), 4, 2),)
-GEMM_EXECUTABLE = "day0_mxfp4_moe_gemm"
-GEMM_PTX = "mxfp4_moe_gemm.sm_90.ptx"
-GEMM_COLS_PER_CTA = 64
-GEMM_MIN_ROWS = 64  # static sites with fewer rows T·k than one GEMM tile keep the matvec
-# x, packed, scales, experts (i64) | out ; constants K, N, k, E, rows ; grid (ceil(N/64), E)
-GEMM_ABI = (("day0_mxfp4_moe_gemm", (True, True, True, True, False), 5, 2),)
-
-
-def executable_source_text(gemm: bool = False) -> str:
-    if gemm:
-        return extern_dispatch.executable_source_text(GEMM_EXECUTABLE, GEMM_PTX, GEMM_ABI, THREADS)
-    return extern_dispatch.executable_source_text(EXECUTABLE, KERNEL_PTX, KERNEL_ABI, THREADS)
-
-
-def takes_gemm(moe: bool, T: int | None, k: int) -> bool:
-    """Whether a site runs the grouped GEMM rather than the matvec: moe with T dynamic or with
-    T·k >= GEMM_MIN_ROWS."""
-    return moe and (T is None or T * k >= GEMM_MIN_ROWS)
+EXECUTABLE, GEMM_EXECUTABLE = kg.MXFP4_MATVEC.executable, kg.MXFP4_MOE_GEMM.executable
+# (tests/test_cuda_kernels.py reads the kernel sets' PTX and ABI here)
+KERNEL_PTX, KERNEL_ABI = kg.MXFP4_MATVEC.ptx, kg.MXFP4_MATVEC.entries
+GEMM_PTX, GEMM_ABI = kg.MXFP4_MOE_GEMM.ptx, kg.MXFP4_MOE_GEMM.entries
 
 
 def function_name(moe: bool, E: int, N: int, K: int, k: int, gemm: bool = False) -> str:
@@ -88,7 +67,7 @@ def function_text(moe: bool, E: int, N: int, K: int, k: int, gemm: bool = False)
              f"    %t = tensor.dim %x, %c0 : tensor<?x{K}xf32>",
              f"    %ck = arith.constant {k} : index",
              "    %rows = arith.muli %t, %ck : index",
-             f"    %gx = arith.constant {-(-N // ROWS_PER_CTA)} : index"]
+             f"    %gx = arith.constant {kg.cdiv(N, kg.MXFP4_ROWS_PER_CTA)} : index"]
     if moe:
         lines.append(f"    %ef = tensor.collapse_shape %e [[0, 1]] : tensor<?x{k}xi64> into tensor<?xi64>")
         pw, sw = "%p", "%s"
@@ -128,7 +107,7 @@ def _gemm_function_text(E: int, N: int, K: int, k: int) -> str:
     %t = tensor.dim %x, %c0 : tensor<?x{K}xf32>
     %ck = arith.constant {k} : index
     %rows = arith.muli %t, %ck : index
-    %gx = arith.constant {-(-N // GEMM_COLS_PER_CTA)} : index
+    %gx = arith.constant {kg.cdiv(N, kg.MXFP4_GEMM_COLS_PER_CTA)} : index
     %ge = arith.constant {E} : index
     %ef = tensor.collapse_shape %e [[0, 1]] : tensor<?x{k}xi64> into tensor<?xi64>
     %K = arith.constant {K} : i32
@@ -154,29 +133,27 @@ class Mxfp4ToCudaMatvec(ModulePass):
     gemm: bool = True
 
     def apply(self, module_op: Operation, diag: DiagnosticEngine) -> None:
-        ops = collect_ops(module_op, lambda op: operator_name(op) in (LINEAR, MOE))
-        sites = []
-        for op in ops:
-            site = _check(op, operator_name(op) == MOE, diag)
-            if site is None:
-                continue
-            if not self._gemm(site) and site.K > MAX_K:
-                diag.error(op, f"{'mxfp4_moe' if site.moe else 'mxfp4_linear'}: K={site.K} is larger than the "
-                               f"CUDA matvec kernel's {MAX_K} (x is cached in shared memory)")
-                continue
-            sites.append(site)
+        sites = collect_sites(module_op, lambda op: operator_name(op) in OP_NAMES, match_mxfp4, diag, self._refuse)
         if not sites or diag.diagnostics:
             return
-        kinds = sorted({self._gemm(s) for s in sites})  # the executables the calls dispatch
+        kinds = sorted({self._gemm(s) for s in sites})  # the executables the calls dispatch: matvec, GEMM
         call_kernels(module_op, sites,
                      lambda s: (s.moe, s.E if s.moe else 1, s.N, s.K, s.k if s.moe else 1, self._gemm(s)),
-                     function_name, function_text, self._rewrite, "".join(map(executable_source_text, kinds)))
+                     function_name, function_text, self._rewrite,
+                     "".join(executable_source_text(kg.MXFP4_MOE_GEMM if gemm else kg.MXFP4_MATVEC) for gemm in kinds))
 
-    def _gemm(self, site) -> bool:
-        return self.gemm and takes_gemm(site.moe, site.lead, site.k)
+    def _refuse(self, site: Mxfp4Site) -> str | None:
+        """The matvec caches x's row in shared memory: K <= MXFP4_MAX_K where it runs."""
+        if not self._gemm(site) and site.K > kg.MXFP4_MAX_K:
+            return (f"{'mxfp4_moe' if site.moe else 'mxfp4_linear'}: K={site.K} is larger than the CUDA matvec "
+                    f"kernel's {kg.MXFP4_MAX_K} (x is cached in shared memory)")
+        return None
+
+    def _gemm(self, site: Mxfp4Site) -> bool:
+        return self.gemm and kg.mxfp4_takes_gemm(site.moe, site.lead, site.k)
 
     @staticmethod
-    def _rewrite(site, fn: str) -> None:
+    def _rewrite(site: Mxfp4Site, fn: str) -> None:
         op = site.op
         b = TorchBuilder(op)
         x, packed, scales, *rest = op.operands
@@ -191,8 +168,7 @@ class Mxfp4ToCudaMatvec(ModulePass):
             experts = rest[0]
             et = TensorType.of(experts)
             if et.dtype != "si64":
-                experts = b.op("torch.aten.to.dtype", [experts, b.int(_TORCH_INT64), b.bool(False), b.bool(False),
-                                                       b.none()], TensorType(et.dims, "si64"))
+                experts = b.to_dtype(experts, TensorType(et.dims, "si64"))
             eb = b.op("torch_c.to_builtin_tensor", [experts], tensor_text(et.dims, "i64"))
             if lead is not None:
                 eb = b.op("tensor.cast", [eb], f"tensor<?x{site.k}xi64>")

@@ -21,11 +21,6 @@ _PASSES: dict[str, tuple[str, str]] = {
 }
 
 
-def register_pass(name: str, module: str, cls: str) -> None:
-    """Make `name` resolve to `module.cls` (another file may add passes this way)."""
-    _PASSES[name] = (module, cls)
-
-
 def pass_names() -> list[str]:
     return sorted(_PASSES)
 

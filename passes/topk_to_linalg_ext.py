@@ -1,7 +1,7 @@
 """topk-to-linalg-ext: rewrite `torch.aten.topk` over the last dim into `iree_linalg_ext.topk`.
 
-Without this pass torch-mlir lowers topk to a full `iree_linalg_ext.sort` of every row (1.9 s a
-decode step for one 32K row on the dev CPU, against 0.74 ms for `iree_linalg_ext.topk`), and a
+Without this pass torch-mlir lowers topk to a full `iree_linalg_ext.sort` of every row (orders of
+magnitude slower than `iree_linalg_ext.topk` for a decode step's long row on the CPU), and a
 function with two sorted topk's over rows masked by one causal mask with a dynamic row count
 returned wrong indices for the second one.
 
@@ -11,9 +11,10 @@ Precondition: every
         : !torch.vtensor<[...,N],f>, !torch.int, !torch.int, !torch.bool, !torch.bool
         -> !torch.vtensor<[...,k],f>, !torch.vtensor<[...,k],si64>
 
-has k, dim, largest and sorted from torch constants, dim the last dim (-1 or rank-1), a float
-input and k <= N when N is static (leading dims and N may be dynamic). Afterwards no such topk
-is left, except over static rows shorter than `min-size`, which keep torch-mlir's lowering.
+keeps the contract of passes/sites/topk.py: k, dim, largest and sorted from torch constants, dim
+the last dim (-1 or rank-1), a float input and 1 <= k <= N when N is static (leading dims and N
+may be dynamic). Afterwards no such topk is left, except over static rows shorter than
+`min-size`, which keep torch-mlir's lowering.
 
 Rewrite (shown for largest=true; largest=false flips `ogt` to `olt` and -inf to +inf):
     xb       = torch_c.to_builtin_tensor x                         # tensor<...xNxf>
@@ -38,8 +39,8 @@ IREE's optional topk split reduction (`--iree-dispatch-creation-topk-split-reduc
 default) uses the same (-inf, INT32_MAX) sentinel for its partial results, and the merge keeps
 the same lexicographic order (checked: ratio 4, tied and -inf-padded rows, same selection).
 
-Cost: the CPU code inserts every row element into the k slots, O(N·k) a row: one 32K row took
-5 ms with k=64 and 105 ms with k=2048 on the 2-core dev CPU (IREE 3.13, default flags).
+Cost: the CPU code inserts every row element into the k slots, O(N·k) a row, so a large k costs
+in proportion.
 """
 
 from __future__ import annotations
@@ -57,76 +58,19 @@ from day0.frontend.ir import (
     Value,
     ir,
 )
-from day0.passes.base import DiagnosticEngine, ModulePass, collect_ops
-from day0.passes.torch_ir import TensorType, TorchBuilder, fmt_dims, replace_op, torch_constant
+from day0.passes.base import DiagnosticEngine, ModulePass, collect_sites
+from day0.passes.sites.topk import OP_NAME, TopkSite, match_topk
+from day0.passes.torch_ir import TensorType, TorchBuilder, replace_op
 
-OP_NAME = "torch.aten.topk"
-_FLOAT_DTYPES = ("f16", "bf16", "f32", "f64")
 _INDEX_SENTINEL = 2**31 - 1  # the index of an empty slot: loses every tie
 _CMPF = {True: 2, False: 4}  # largest -> arith.cmpf predicate (2 = ogt, 4 = olt)
-_TORCH_INT64 = 4  # torch's ScalarType code of int64
-
-
-@dataclass(frozen=True)
-class _Site:
-    """One checked topk op."""
-
-    op: Operation
-    x: Value
-    dims: tuple[int | None, ...]  # input dims, the row last
-    dtype: str
-    k: int
-    largest: bool
-
-
-
-
-def _check(op: Operation, diag: DiagnosticEngine) -> _Site | None:
-    """Return the site if `op` is a topk this pass can rewrite, else emit one error and return None."""
-
-    def fail(message: str) -> None:
-        diag.error(op, f"topk: {message}")
-
-    x_v, k_v, dim_v, largest_v, sorted_v = op.operands
-    x = TensorType.of(x_v)
-    if x is None:
-        return fail(f"input must be a !torch.vtensor, got {x_v.type}")
-    if x.dtype not in _FLOAT_DTYPES:
-        return fail(f"input must be a float tensor ({', '.join(_FLOAT_DTYPES)}), got {x.dtype}")
-    rank = len(x.dims)
-    if rank == 0:
-        return fail("input must have rank >= 1")
-    k = torch_constant(k_v, "torch.constant.int")
-    if k is None:
-        return fail("k must come from torch.constant.int")
-    dim = torch_constant(dim_v, "torch.constant.int")
-    if dim is None:
-        return fail("dim must come from torch.constant.int")
-    if dim not in (-1, rank - 1):
-        return fail(f"dim {dim} is not the last dim of the rank-{rank} input (only -1 or {rank - 1})")
-    largest = torch_constant(largest_v, "torch.constant.bool")
-    if largest is None:
-        return fail("largest must come from torch.constant.bool")
-    if torch_constant(sorted_v, "torch.constant.bool") is None:
-        return fail("sorted must come from torch.constant.bool")
-    n = x.dims[-1]
-    if k < 1:
-        return fail(f"k must be >= 1, got {k}")
-    if n is not None and k > n:
-        return fail(f"k={k} is larger than the row length {n}")
-    want = (*x.dims[:-1], k)
-    for what, res, dtype in (("values", op.results[0], x.dtype), ("indices", op.results[1], "si64")):
-        t = TensorType.of(res)  # exactly: the rewrite's results replace these values
-        if t is None or t.dtype != dtype or t.dims != want:
-            return fail(f"{what} must be !torch.vtensor<{fmt_dims(want)},{dtype}>, got {res.type}")
-    return _Site(op, x_v, x.dims, x.dtype, k, bool(largest))
 
 
 def _builtin(dims, elem: Type) -> Type:
     return RankedTensorType.get([ir.ShapedType.get_dynamic_size() if d is None else d for d in dims], elem)
 
 
-def _rewrite(site: _Site) -> tuple[Value, Value]:
+def _rewrite(site: TopkSite) -> tuple[Value, Value]:
     """Emit the linalg_ext topk before `site.op`; return the torch (values, indices)."""
     op, loc = site.op, site.op.location
     ip = InsertionPoint(op)
@@ -178,9 +122,7 @@ def _rewrite(site: _Site) -> tuple[Value, Value]:
                    [topk.results[1]]).result
     # indices = aten.to.dtype(idx32, int64): torch's topk returns si64
     b = TorchBuilder(op)
-    indices = b.op("torch.aten.to.dtype",
-                   [idx32, b.int(_TORCH_INT64), b.bool(False), b.bool(False), b.none()],
-                   TensorType(out_dims, "si64"))
+    indices = b.to_dtype(idx32, TensorType(out_dims, "si64"))
     return values, indices
 
 
@@ -193,19 +135,13 @@ class TopkToLinalgExt(ModulePass):
     """
 
     name = "topk-to-linalg-ext"
+    option_minimums = {"min_size": 0}
     min_size: int = 0
 
-    def __post_init__(self):
-        if self.min_size < 0:
-            raise ValueError(f"min-size must be >= 0, got {self.min_size}")
-
     def apply(self, module_op: Operation, diag: DiagnosticEngine) -> None:
-        for op in collect_ops(module_op, lambda op: op.name == OP_NAME):
-            site = _check(op, diag)
-            if site is None:
-                continue
+        for site in collect_sites(module_op, lambda op: op.name == OP_NAME, match_topk, diag):
             n = site.dims[-1]
             if n is not None and n < self.min_size:
                 continue
-            with op.location:  # the location type builders fall back on
-                replace_op(op, _rewrite(site))
+            with site.op.location:  # the location type builders fall back on
+                replace_op(site.op, _rewrite(site))

@@ -1,7 +1,7 @@
 """topk-to-radix-select: rewrite `torch.aten.topk` over float32 rows into day0's CUDA radix select.
 
-IREE 3.13 has no usable GPU top-k: `iree_linalg_ext.topk` runs one thread per row (14 ms for one
-8K row on an H200, against PyTorch's 36 µs) and returned wrong indices on masked rows. This pass
+IREE 3.13 has no usable GPU top-k: `iree_linalg_ext.topk` runs one thread per row (far slower than
+PyTorch's: docs/perf.md, "GPU: the H200") and returned wrong indices on masked rows. This pass
 replaces each topk with a call to a private function that runs the hand-written kernels of
 `lowering/kernels/topk_select.cu` as IREE external dispatches (`flow.dispatch` of a
 `hal.executable.source` holding the PTX):
@@ -14,19 +14,21 @@ replaces each topk with a call to a private function that runs the hand-written 
 with G = ceil(n / 8192) segments per row: a 2048-bin histogram of the top 11 key bits, the
 threshold bin, an ordered compaction, then a radix select of the threshold bin's candidates on
 the remaining 21 bits. Every step reads the row once; a decode row of 1M scores spreads over 128
-CTAs. Rows of a static length of at most 8192 (SMALL_ROW: routers, short contexts) take one
+CTAs. Rows of a static length of at most 8192 (TOPK_SMALL_ROW: routers, short contexts) take one
 kernel instead, `day0_topk_small`, which keeps the row's keys in shared memory and runs the three
 radix passes and the ordered output in one CTA.
 
 The selection is torch.topk's set with ties broken toward the lower position (the same rule as
-topk-to-linalg-ext on the CPU); NaN ranks above +inf, -0.0 equals +0.0. A row shorter than k
+topk-to-linalg-ext, llvm-cpu's lowering); NaN ranks above +inf, -0.0 equals +0.0. A row shorter than k
 fills its missing slots with (INT32_MAX, -inf), as topk-to-linalg-ext does.
 
-Precondition: every `torch.aten.topk` over rows of at least `min-size` has constant k, dim =
-last, largest = true and sorted = false (the result comes in a deterministic order that is not
-sorted by value), over an f32 input of any rank (leading dims are rows). Anything else is an
-error. Afterwards no such `torch.aten.topk` is left; the module holds one `hal.executable.source
-@day0_topk_select`, one private function per (k, form) and one wrapper per input type.
+Precondition: every `torch.aten.topk` over rows of at least `min-size` keeps the contract of
+passes/sites/topk.py (constant k, dim = last, ...) with largest = true and sorted = false (the
+result comes in a deterministic order that is not sorted by value), over an f32 input of any rank
+(leading dims are rows). Anything else is an error. Afterwards no such `torch.aten.topk` is left;
+the module holds one `hal.executable.source @day0_topk_select`, one private function per (k, form)
+and one wrapper per input type. The kernels' ABI and grids: lowering/kernel_geometry.py, section
+topk_select.cu.
 """
 
 from __future__ import annotations
@@ -35,39 +37,16 @@ import math
 from dataclasses import dataclass
 
 from day0.frontend.ir import Operation, Value, ir
-from day0.passes import extern_dispatch
-from day0.passes.extern_dispatch import append_parsed, tensor_text
-from day0.passes.base import DiagnosticEngine, ModulePass, collect_ops
-from day0.passes.torch_ir import TensorType, TorchBuilder, fmt_dims, replace_op, torch_constant
+from day0.lowering import kernel_geometry as kg
+from day0.passes.base import DiagnosticEngine, ModulePass, collect_sites
+from day0.passes.extern_dispatch import append_parsed, executable_source_text, tensor_text
+from day0.passes.sites.contract import Broken, report
+from day0.passes.sites.topk import OP_NAME, TopkSite, static_row_length, topk_site
+from day0.passes.torch_ir import TensorType, TorchBuilder, replace_op
 
-OP_NAME = "torch.aten.topk"
-EXECUTABLE = "day0_topk_select"
-KERNEL_SOURCE = "topk_select.cu"
-KERNEL_PTX = "topk_select.sm_90.ptx"
-SEGMENT = 8192  # row elements per CTA in the hist and collect kernels (SEG in the .cu)
-BINS = 2048  # first-pass histogram bins (BINS in the .cu)
-THREADS = 256  # CTA size of every kernel (THREADS in the .cu)
-_TORCH_INT64 = 4
-
-# The kernels' IREE ABI, in ordinal order: (entry, read-only flag per binding, i32 push constants,
-# workload dims = grid dims). It must match the .cu signatures (tests/test_topk_radix_select.py).
-KERNEL_ABI = (
-    ("day0_topk_hist", (True, False, False), 2, 2),  # x, total (tied), cum | n, segs
-    ("day0_topk_collect", (True, True, True, False, False, False, False), 3, 2),
-    #   x, total, cum, header, out_idx, out_val, cand | n, segs, k
-    ("day0_topk_finish", (True, True, True, False, False), 2, 1),  # x, header, cand, idx, val | n, k
-    ("day0_topk_small", (True, False, False), 2, 1),  # x, idx, val | n, k ; rows of n <= SMALL_ROW
-)
-SMALL_ROW = 8192  # static rows up to this length take the one-kernel form (SMALL_N in the .cu)
-
-
-def kernel_ptx() -> bytes:
-    return extern_dispatch.kernel_ptx(KERNEL_PTX)
-
-
-def executable_source_text() -> str:
-    """The `hal.executable.source` declaring the three kernels, with the PTX embedded."""
-    return extern_dispatch.executable_source_text(EXECUTABLE, KERNEL_PTX, KERNEL_ABI, THREADS)
+EXECUTABLE = kg.TOPK_SELECT.executable
+# (tests/test_cuda_kernels.py reads the kernel set's PTX and ABI here)
+KERNEL_PTX, KERNEL_ABI = kg.TOPK_SELECT.ptx, kg.TOPK_SELECT.entries
 
 
 def select_function_name(k: int, small: bool = False) -> str:
@@ -76,7 +55,7 @@ def select_function_name(k: int, small: bool = False) -> str:
 
 def small_function_text(k: int) -> str:
     """func @day0_topk_small_k<k>(x: tensor<?x?xf32>) -> (values, indices): one launch, one CTA a
-    row holding the row in shared memory (rows of at most SMALL_ROW)."""
+    row holding the row in shared memory (rows of at most TOPK_SMALL_ROW)."""
     return f"""
   func.func private @{select_function_name(k, True)}(%x: tensor<?x?xf32>) -> (tensor<?x{k}xf32>, tensor<?x{k}xi32>) {{
     %c0 = arith.constant 0 : index
@@ -100,19 +79,19 @@ def select_function_text(k: int) -> str:
     %c1 = arith.constant 1 : index
     %t = tensor.dim %x, %c0 : tensor<?x?xf32>
     %n = tensor.dim %x, %c1 : tensor<?x?xf32>
-    %seg = arith.constant {SEGMENT} : index
+    %seg = arith.constant {kg.TOPK_SEGMENT} : index
     %g = arith.ceildivui %n, %seg : index
     %n32 = arith.index_cast %n : index to i32
     %g32 = arith.index_cast %g : index to i32
     %k32 = arith.constant {k} : i32
     %zero = arith.constant 0 : i32
-    %empty = tensor.empty(%t) : tensor<?x{BINS}xi32>
-    %total0 = linalg.fill ins(%zero : i32) outs(%empty : tensor<?x{BINS}xi32>) -> tensor<?x{BINS}xi32>
+    %empty = tensor.empty(%t) : tensor<?x{kg.TOPK_BINS}xi32>
+    %total0 = linalg.fill ins(%zero : i32) outs(%empty : tensor<?x{kg.TOPK_BINS}xi32>) -> tensor<?x{kg.TOPK_BINS}xi32>
     %cum, %total = flow.dispatch {e}::@day0_topk_hist[%t, %g](%n32, %g32, %x, %total0)
-        : (i32, i32, tensor<?x?xf32>{{%t, %n}}, tensor<?x{BINS}xi32>{{%t}})
-        -> (tensor<?x?x{BINS}xi32>{{%t, %g}}, %total0{{%t}})
+        : (i32, i32, tensor<?x?xf32>{{%t, %n}}, tensor<?x{kg.TOPK_BINS}xi32>{{%t}})
+        -> (tensor<?x?x{kg.TOPK_BINS}xi32>{{%t, %g}}, %total0{{%t}})
     %hdr, %idx0, %val0, %cand = flow.dispatch {e}::@day0_topk_collect[%t, %g](%n32, %g32, %k32, %x, %total, %cum)
-        : (i32, i32, i32, tensor<?x?xf32>{{%t, %n}}, tensor<?x{BINS}xi32>{{%t}}, tensor<?x?x{BINS}xi32>{{%t, %g}})
+        : (i32, i32, i32, tensor<?x?xf32>{{%t, %n}}, tensor<?x{kg.TOPK_BINS}xi32>{{%t}}, tensor<?x?x{kg.TOPK_BINS}xi32>{{%t, %g}})
         -> (tensor<?x4xi32>{{%t}}, tensor<?x{k}xi32>{{%t}}, tensor<?x{k}xf32>{{%t}}, tensor<?x?xi32>{{%t, %n}})
     %idx, %val = flow.dispatch {e}::@day0_topk_finish[%t](%n32, %k32, %x, %hdr, %cand, %idx0, %val0)
         : (i32, i32, tensor<?x?xf32>{{%t, %n}}, tensor<?x4xi32>{{%t}}, tensor<?x?xi32>{{%t, %n}}, tensor<?x{k}xi32>{{%t}}, tensor<?x{k}xf32>{{%t}})
@@ -121,45 +100,20 @@ def select_function_text(k: int) -> str:
   }}"""
 
 
-@dataclass(frozen=True)
-class _Site:
-    op: Operation
-    x: Value
-    dims: tuple[int | None, ...]
-    k: int
-
-
-def _check(op: Operation, diag: DiagnosticEngine) -> _Site | None:
-    def fail(message: str) -> None:
-        diag.error(op, f"topk: {message}")
-
-    x_v, k_v, dim_v, largest_v, sorted_v = op.operands
+def _radix_site(op: Operation) -> TopkSite:
+    """The site of a topk that keeps the contract and that the radix select takes (f32 rows,
+    largest, unsorted), or Broken."""
+    x_v = op.operands[0]
     x = TensorType.of(x_v)
     if x is None or x.dtype != "f32" or not x.dims:
-        return fail(f"the CUDA radix select takes an f32 !torch.vtensor of rank >= 1, got {x_v.type}")
-    rank = len(x.dims)
-    k = torch_constant(k_v, "torch.constant.int")
-    dim = torch_constant(dim_v, "torch.constant.int")
-    largest = torch_constant(largest_v, "torch.constant.bool")
-    sorted_ = torch_constant(sorted_v, "torch.constant.bool")
-    if None in (k, dim, largest, sorted_):
-        return fail("k, dim, largest and sorted must be torch constants")
-    if dim not in (-1, rank - 1):
-        return fail(f"dim {dim} is not the last dim of the rank-{rank} input (only -1 or {rank - 1})")
-    if not largest:
-        return fail("only largest=true is supported")
-    if sorted_:
-        return fail("sorted=true is not supported: the radix select returns the selection in position "
-                    "order, not by value (export the topk with sorted=False)")
-    n = x.dims[-1]
-    if k < 1 or (n is not None and k > n):
-        return fail(f"k={k} must be in [1, row length {n if n is not None else '?'}]")
-    want = (*x.dims[:-1], k)
-    for what, res, dtype in (("values", op.results[0], "f32"), ("indices", op.results[1], "si64")):
-        t = TensorType.of(res)
-        if t is None or t.dtype != dtype or t.dims != want:
-            return fail(f"{what} must be !torch.vtensor<{fmt_dims(want)},{dtype}>, got {res.type}")
-    return _Site(op, x_v, x.dims, k)
+        raise Broken(f"the CUDA radix select takes an f32 !torch.vtensor of rank >= 1, got {x_v.type}")
+    site = topk_site(op)
+    if not site.largest:
+        raise Broken("only largest=true is supported")
+    if site.sorted:
+        raise Broken("sorted=true is not supported: the radix select returns the selection in position order, "
+                     "not by value (export the topk with sorted=False)")
+    return site
 
 
 def wrapper_name(dims: tuple[int | None, ...], k: int) -> str:
@@ -191,7 +145,8 @@ def wrapper_text(dims: tuple[int | None, ...], k: int) -> str:
     if flat_t != "tensor<?x?xf32>":
         lines.append(f"    %xd = tensor.cast %{src} : {flat_t} to tensor<?x?xf32>")
         src = "xd"
-    lines.append(f"    %v, %i = func.call @{select_function_name(k, _is_small(dims))}(%{src}) : (tensor<?x?xf32>) -> "
+    select = select_function_name(k, kg.topk_is_small(n))
+    lines.append(f"    %v, %i = func.call @{select}(%{src}) : (tensor<?x?xf32>) -> "
                  f"(tensor<?x{k}xf32>, tensor<?x{k}xi32>)")
     results = []
     for name, elem in (("v", "f32"), ("i", "i32")):
@@ -213,7 +168,7 @@ def wrapper_text(dims: tuple[int | None, ...], k: int) -> str:
     return "\n" + "\n".join(lines)
 
 
-def _rewrite(site: _Site) -> list[Value]:
+def _rewrite(site: TopkSite) -> list[Value]:
     """The call of the site's wrapper, before the op; returns the torch (values, indices)."""
     b = TorchBuilder(site.op)
     out = (*site.dims[:-1], site.k)
@@ -222,52 +177,39 @@ def _rewrite(site: _Site) -> list[Value]:
     vals, idx = b.op_results("func.call", [xb], [tensor_text(out, "f32"), tensor_text(out, "i32")], {"callee": fn})
     values = b.op("torch_c.from_builtin_tensor", [vals], TensorType(out, "f32"))
     idx32 = b.op("torch_c.from_builtin_tensor", [idx], TensorType(out, "si32"))
-    indices = b.op("torch.aten.to.dtype", [idx32, b.int(_TORCH_INT64), b.bool(False), b.bool(False), b.none()],
-                   TensorType(out, "si64"))
+    indices = b.to_dtype(idx32, TensorType(out, "si64"))
     return [values, indices]
-
-
-def _is_small(dims) -> bool:
-    return dims[-1] is not None and dims[-1] <= SMALL_ROW
-
-
-def _static_row_length(op: Operation) -> int | None:
-    x = TensorType.of(op.operands[0])
-    return x.dims[-1] if x is not None and x.dims else None
 
 
 @dataclass(frozen=True)
 class TopkToRadixSelect(ModulePass):
     """Options:
     min-size  rewrite only topk's whose static row length is >= min-size (default 0: all); a
-              dynamic row length counts as long enough. Shorter rows (a MoE router's few dozen
-              experts) are left for topk-to-linalg-ext, whose one-thread-per-row loop is cheaper
-              there than three kernel launches.
+              dynamic row length counts as long enough. Shorter rows are left to a later pass
+              (topk-to-linalg-ext). The cuda-sm90 pipeline keeps 0: IREE's CUDA lowering of
+              iree_linalg_ext.topk returned out-of-range indices on the MoE routers' -inf-masked
+              rows (lowering/targets.py), and short rows take the one-kernel form here.
     """
 
     name = "topk-to-radix-select"
+    option_minimums = {"min_size": 0}
     min_size: int = 0
 
-    def __post_init__(self):
-        if self.min_size < 0:
-            raise ValueError(f"min-size must be >= 0, got {self.min_size}")
-
     def apply(self, module_op: Operation, diag: DiagnosticEngine) -> None:
-        sites = []
-        for op in collect_ops(module_op, lambda op: op.name == OP_NAME):
-            n = _static_row_length(op)
-            if n is not None and n < self.min_size:
-                continue
-            site = _check(op, diag)
-            if site is not None:
-                sites.append(site)
+        def long_enough(op) -> bool:  # a topk over rows of at least min-size (or of dynamic length)
+            if op.name != OP_NAME:
+                return False
+            n = static_row_length(op)
+            return n is None or n >= self.min_size
+
+        sites = collect_sites(module_op, long_enough, lambda op, d: report(op, d, "topk", _radix_site), diag)
         if not sites or diag.diagnostics:
             return
         for site in sites:
             with site.op.location:
                 replace_op(site.op, _rewrite(site))
-        text = executable_source_text()
-        forms = {(s.k, _is_small(s.dims)) for s in sites}  # (k, one-kernel form) pairs in use
+        text = executable_source_text(kg.TOPK_SELECT)
+        forms = {(s.k, kg.topk_is_small(s.dims[-1])) for s in sites}  # (k, one-kernel form) pairs in use
         text += "".join(small_function_text(k) if small else select_function_text(k) for k, small in sorted(forms))
         wrappers = {wrapper_name(s.dims, s.k): (s.dims, s.k) for s in sites}
         text += "".join(wrapper_text(*wrappers[name]) for name in sorted(wrappers))

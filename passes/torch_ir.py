@@ -18,6 +18,8 @@ from day0.frontend.ir import (
 )
 
 VTENSOR_TYPE = re.compile(r"^!torch\.vtensor<\[([^\]]*)\],(\w+)>$")
+# torch ScalarType codes (the dtype operand of aten.to.dtype and aten.view.dtype)
+SCALAR_TYPE = {"si32": 3, "si64": 4, "f16": 5, "f32": 6, "bf16": 15}
 
 
 @dataclass(frozen=True)
@@ -80,9 +82,20 @@ class TorchBuilder:
     def none(self) -> Value:
         return self._const("none", None, lambda: self.op("torch.constant.none", [], "!torch.none"))
 
+    def to_dtype(self, value: Value, result: TensorType) -> Value:
+        """aten.to.dtype of `value` to result.dtype (non_blocking and copy false, no memory format)."""
+        return self.op("torch.aten.to.dtype", [value, self.int(SCALAR_TYPE[result.dtype]), self.bool(False),
+                                               self.bool(False), self.none()], result)
+
     def ints(self, vs: list[int]) -> Value:
         items = [self.int(v) for v in vs]
         return self.op("torch.prim.ListConstruct", items, "!torch.list<int>")
+
+
+def defining_op(value: Value) -> Operation | None:
+    """The op that makes `value`; None for a block argument."""
+    owner = getattr(value.owner, "operation", value.owner)  # a block argument's owner is a Block
+    return owner if isinstance(owner, Operation) else None
 
 
 def replace_op(op: Operation, values: list[Value]) -> None:
@@ -96,16 +109,16 @@ def replace_op(op: Operation, values: list[Value]) -> None:
         result.replace_all_uses_with(value)
     op.erase()
     for v in read:
-        owner = getattr(v.owner, "operation", v.owner)  # a block argument's owner is a Block
-        if isinstance(owner, Operation) and owner.name.startswith("torch.constant.") and not list(v.uses):
+        owner = defining_op(v)
+        if owner is not None and owner.name.startswith("torch.constant.") and not list(v.uses):
             owner.erase()
 
 
 def torch_constant(value: Value, op_name: str) -> object | None:
     """The Python value of `value` when it is produced by the constant op `op_name`
     (e.g. torch.constant.int), else None."""
-    owner = getattr(value.owner, "operation", value.owner)
-    if getattr(owner, "name", None) != op_name:
+    owner = defining_op(value)
+    if owner is None or owner.name != op_name:
         return None
     attr = owner.attributes["value"]
     return bool(attr.value) if op_name == "torch.constant.bool" else attr.value

@@ -55,7 +55,7 @@ func.func @k_too_large(%x: !torch.vtensor<[4,64],f32>) -> !torch.vtensor<[4,65],
   %int-1 = torch.constant.int -1
   %true = torch.constant.bool true
   %false = torch.constant.bool false
-  // expected-error @+1 {{topk: k=65 must be in [1, row length 64]}}
+  // expected-error @+1 {{topk: k=65 is larger than the row length 64}}
   %values, %indices = torch.aten.topk %x, %int65, %int-1, %true, %false : !torch.vtensor<[4,64],f32>, !torch.int, !torch.int, !torch.bool, !torch.bool -> !torch.vtensor<[4,65],f32>, !torch.vtensor<[4,65],si64>
   return %indices : !torch.vtensor<[4,65],si64>
 }
@@ -66,7 +66,7 @@ func.func @k_not_constant(%x: !torch.vtensor<[4,64],f32>, %k: !torch.int) -> !to
   %int-1 = torch.constant.int -1
   %true = torch.constant.bool true
   %false = torch.constant.bool false
-  // expected-error @+1 {{topk: k, dim, largest and sorted must be torch constants}}
+  // expected-error @+1 {{topk: k must come from torch.constant.int}}
   %values, %indices = torch.aten.topk %x, %k, %int-1, %true, %false : !torch.vtensor<[4,64],f32>, !torch.int, !torch.int, !torch.bool, !torch.bool -> !torch.vtensor<[4,?],f32>, !torch.vtensor<[4,?],si64>
   return %indices : !torch.vtensor<[4,?],si64>
 }
