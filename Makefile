@@ -5,7 +5,7 @@ VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 DEMO    ?= .cache/demo
 
-.PHONY: install demo test test-py test-lit bench bench-gpu bench-gpu-plot clean
+.PHONY: install demo test lint format test-lit bench bench-gpu bench-gpu-plot clean
 
 install: $(STAMP)
 
@@ -22,6 +22,15 @@ demo: install
 test: install
 	$(VPY) -m pytest -q tests
 	$(VENV)/bin/lit -v tests/lit
+
+# ruff (pinned; pyproject.toml [tool.ruff]): lint and the formatter's check (not yet part of `test`: the tree is not formatted yet)
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: install
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
 
 test-lit: install
 	$(VENV)/bin/lit -v tests/lit
