@@ -19,11 +19,11 @@ $(STAMP): requirements.txt pyproject.toml
 demo: install
 	$(VENV)/bin/day0 demo --workdir $(DEMO)
 
-test: install
+test: install lint
 	$(VPY) -m pytest -q tests
 	$(VENV)/bin/lit -v tests/lit
 
-# ruff (pinned; pyproject.toml [tool.ruff]): lint and the formatter's check (not yet part of `test`: the tree is not formatted yet)
+# ruff (pinned; pyproject.toml [tool.ruff]): lint and the formatter's check; `make test` runs it first
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

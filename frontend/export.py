@@ -57,8 +57,10 @@ class _ParametersAsOps(FxImporterHooks):
             return None  # buffers (rope tables) are small literals
         key = info.input_spec.target.removeprefix("lm.")
         op = tm_ir.Operation.create(
-            "torch.operator", results=[info.ir_type],
-            attributes={"name": tm_ir.StringAttr.get(PARAMETER_OP), "day0.key": tm_ir.StringAttr.get(key)})
+            "torch.operator",
+            results=[info.ir_type],
+            attributes={"name": tm_ir.StringAttr.get(PARAMETER_OP), "day0.key": tm_ir.StringAttr.get(key)},
+        )
         return op.result
 
 
@@ -71,15 +73,17 @@ class ExportedModule:
 def entry_points(lm: nn.Module, prefill_chunk: int = 0) -> list[str]:
     """The functions export_model emits for this model (a models.base.CausalLM; prefill_chunk: see
     export_model)."""
-    return (["prefill", "decode"] + (["prefill_first"] if lm.has_first_turn else [])
-            + (["prefill_chunk"] if prefill_chunk else []))
+    return (
+        ["prefill", "decode"]
+        + (["prefill_first"] if lm.has_first_turn else [])
+        + (["prefill_chunk"] if prefill_chunk else [])
+    )
 
 
 DECOMPOSABLE = ops.DECOMPOSABLE  # day0 ops a target may keep whole (ops.keeping)
 
 
-def export_model(lm: nn.Module, max_seq_len: int, keep: tuple[str, ...] = (),
-                 prefill_chunk: int = 0) -> ExportedModule:
+def export_model(lm: nn.Module, max_seq_len: int, keep: tuple[str, ...] = (), prefill_chunk: int = 0) -> ExportedModule:
     """Export `lm.step` as prefill (S in [2, max_seq_len], dynamic), decode (S = 1) and, for
     models with a first-turn form, prefill_first (start == 0, dynamic S); with prefill_chunk > 0
     also prefill_chunk (S = prefill_chunk, static). `keep`: names of DECOMPOSABLE day0 ops to
@@ -90,11 +94,12 @@ def export_model(lm: nn.Module, max_seq_len: int, keep: tuple[str, ...] = (),
     seq = Dim("seq", min=2, max=max_seq_len)
     prompt = (torch.zeros(4, dtype=torch.int64), start, *state)
     dynamic = ({0: seq}, None, (None,) * len(state))
-    wrappers = {"prefill": (_Prefill, prompt, dynamic),
-                "decode": (_Decode, (torch.zeros(1, dtype=torch.int64), start, *state), None),
-                "prefill_first": (_PrefillFirst, prompt, dynamic),
-                "prefill_chunk": (_Prefill, (torch.zeros(max(prefill_chunk, 1), dtype=torch.int64), start, *state),
-                                  None)}
+    wrappers = {
+        "prefill": (_Prefill, prompt, dynamic),
+        "decode": (_Decode, (torch.zeros(1, dtype=torch.int64), start, *state), None),
+        "prefill_first": (_PrefillFirst, prompt, dynamic),
+        "prefill_chunk": (_Prefill, (torch.zeros(max(prefill_chunk, 1), dtype=torch.int64), start, *state), None),
+    }
     decompositions = get_decomposition_table()  # the aten decompositions torch-mlir expects
     context = tm_ir.Context()
     torch_d.register_dialect(context)
@@ -106,6 +111,7 @@ def export_model(lm: nn.Module, max_seq_len: int, keep: tuple[str, ...] = (),
             program = torch.export.export(wrapper(lm), args, dynamic_shapes=shapes, strict=False)
         program = program.run_decompositions(decompositions)
         importer.import_program(program, func_name=name)
-        params |= {s.target.removeprefix("lm.") for s in program.graph_signature.input_specs
-                   if s.kind == InputKind.PARAMETER}
+        params |= {
+            s.target.removeprefix("lm.") for s in program.graph_signature.input_specs if s.kind == InputKind.PARAMETER
+        }
     return ExportedModule(mlir=str(importer.module_op), parameters=sorted(params))

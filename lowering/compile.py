@@ -18,13 +18,12 @@ import os
 import shlex
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from day0.lowering.iree_tool import CompileError, iree_compile_path
 from day0.lowering.targets import get_target
@@ -32,8 +31,17 @@ from day0.lowering.targets import get_target
 # iree-compile's phases, in order (`--compile-to=` values; `--dump-compilation-phases-to`
 # writes `<stem>.<i>.<phase>.mlir` for i = 1.. after each of them but `start`/`end`).
 PHASES = (
-    "input", "abi", "preprocessing", "global-optimization", "dispatch-creation", "flow",
-    "stream", "executable-sources", "executable-configurations", "executable-targets", "hal",
+    "input",
+    "abi",
+    "preprocessing",
+    "global-optimization",
+    "dispatch-creation",
+    "flow",
+    "stream",
+    "executable-sources",
+    "executable-configurations",
+    "executable-targets",
+    "hal",
     "vm",
 )
 
@@ -84,9 +92,15 @@ def compile_mlir(
             src = Path(dump_dir or work) / "input.mlir"
             src.write_text(text)
             start = time.perf_counter()
-            _run(src, flags, tmp_out, stage=f"iree-compile --target {target}",
-                 repro_out=output_vmfb.name,
-                 dump_dir=dump_dir, repro_dir=repro_dir)
+            _run(
+                src,
+                flags,
+                tmp_out,
+                stage=f"iree-compile --target {target}",
+                repro_out=output_vmfb.name,
+                dump_dir=dump_dir,
+                repro_dir=repro_dir,
+            )
             seconds = time.perf_counter() - start
         os.replace(tmp_out, output_vmfb)
     finally:
@@ -114,14 +128,28 @@ def compile_to_phase(
     with tempfile.TemporaryDirectory(prefix="day0-compile-") as work:
         src, out = Path(work) / "input.mlir", Path(work) / f"{phase}.mlir"
         src.write_text(text)
-        _run(src, flags, out, stage=f"iree-compile --target {target} --compile-to={phase}",
-             repro_out=out.name,
-             dump_dir=None, repro_dir=repro_dir)
+        _run(
+            src,
+            flags,
+            out,
+            stage=f"iree-compile --target {target} --compile-to={phase}",
+            repro_out=out.name,
+            dump_dir=None,
+            repro_dir=repro_dir,
+        )
         return out.read_text()
 
 
-def _run(src: Path, flags: Sequence[str], out: Path, *, stage: str, repro_out: str,
-         dump_dir: Path | None, repro_dir: Path | None) -> None:
+def _run(
+    src: Path,
+    flags: Sequence[str],
+    out: Path,
+    *,
+    stage: str,
+    repro_out: str,
+    dump_dir: Path | None,
+    repro_dir: Path | None,
+) -> None:
     """Run iree-compile on `src`; on failure write the repro (output named `repro_out`)."""
     cmd = [iree_compile_path(), str(src), *flags, "-o", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -154,8 +182,7 @@ def _with_failed_phase(stage: str, dump_dir: Path | None) -> str:
     return f"{stage}, phase {failed!r}"
 
 
-def _write_repro(src: Path, flags: Sequence[str], out_name: str,
-                 dump_dir: Path | None, repro_dir: Path | None) -> Path:
+def _write_repro(src: Path, flags: Sequence[str], out_name: str, dump_dir: Path | None, repro_dir: Path | None) -> Path:
     """Copy the input and write command.sh into the repro directory; return it."""
     if repro_dir is None:
         repro_dir = dump_dir / "repro" if dump_dir else Path(tempfile.mkdtemp(prefix="day0-repro-"))
@@ -166,7 +193,6 @@ def _write_repro(src: Path, flags: Sequence[str], out_name: str,
         repro_src.write_text(src.read_text())
     cmd = [iree_compile_path(), str(repro_src), *flags, "-o", str(repro_dir / out_name)]
     script = repro_dir / "command.sh"
-    script.write_text("#!/bin/sh\n# Reproduces the failed day0 compile.\n"
-                      + shlex.join(cmd) + "\n")
+    script.write_text("#!/bin/sh\n# Reproduces the failed day0 compile.\n" + shlex.join(cmd) + "\n")
     script.chmod(0o755)
     return repro_dir

@@ -14,9 +14,9 @@ after each of our stages and after each IREE phase under `<artifact>/stages/`.
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from day0.lowering.targets import DEFAULT_DSA_TILE
 
@@ -27,14 +27,24 @@ DEFAULT_MAX_SEQ_LEN = 4096
 # emits them). Every one also returns the greedy next token after the logits.
 NEXT = "next[1] int64 (argmax of the last row, lowest id on ties)"
 ENTRY_POINTS = {
-    "prefill": {"inputs": ("ids[S] int64", "start[1] int64", "*state"),
-                "outputs": ("logits[S,V] float32", NEXT, "*state"), "min_len": 2},
-    "decode": {"inputs": ("token[1] int64", "pos[1] int64", "*state"),
-               "outputs": ("logits[1,V] float32", NEXT, "*state")},
-    "prefill_first": {"inputs": ("ids[S] int64", "start[1] int64 (must be 0)", "*state"),
-                      "outputs": ("logits[S,V] float32", NEXT, "*state"), "min_len": 2},
-    "prefill_chunk": {"inputs": ("ids[C] int64 (C = static_len)", "start[1] int64", "*state"),
-                      "outputs": ("logits[C,V] float32", NEXT, "*state")},
+    "prefill": {
+        "inputs": ("ids[S] int64", "start[1] int64", "*state"),
+        "outputs": ("logits[S,V] float32", NEXT, "*state"),
+        "min_len": 2,
+    },
+    "decode": {
+        "inputs": ("token[1] int64", "pos[1] int64", "*state"),
+        "outputs": ("logits[1,V] float32", NEXT, "*state"),
+    },
+    "prefill_first": {
+        "inputs": ("ids[S] int64", "start[1] int64 (must be 0)", "*state"),
+        "outputs": ("logits[S,V] float32", NEXT, "*state"),
+        "min_len": 2,
+    },
+    "prefill_chunk": {
+        "inputs": ("ids[C] int64 (C = static_len)", "start[1] int64", "*state"),
+        "outputs": ("logits[C,V] float32", NEXT, "*state"),
+    },
 }
 
 
@@ -95,17 +105,26 @@ def _progress_printer(stream=sys.stderr) -> Callable[[str, str], None]:
             started[stage] = time.perf_counter()
             print(f"[{i}/{len(STAGES)}] {stage} ...", file=stream, flush=True)
         else:
-            print(f"[{i}/{len(STAGES)}] {stage} done in {time.perf_counter() - started[stage]:.1f} s",
-                  file=stream, flush=True)
+            print(
+                f"[{i}/{len(STAGES)}] {stage} done in {time.perf_counter() - started[stage]:.1f} s",
+                file=stream,
+                flush=True,
+            )
 
     return report
 
 
-def compile_checkpoint(checkpoint_dir: Path, out_dir: Path, options: BuildOptions = BuildOptions(),
-                       progress: Callable[[str, str], None] | None = None):
+def compile_checkpoint(
+    checkpoint_dir: Path,
+    out_dir: Path,
+    options: BuildOptions | None = None,
+    progress: Callable[[str, str], None] | None = None,
+):
     """Build the artifact; returns its manifest (runtime.artifact.Manifest). Nothing is left at
     out_dir on failure."""
     import torch
+
+    options = options or BuildOptions()
 
     from day0.frontend.export import entry_points, export_model
     from day0.frontend.ir import MLIRError, new_context, parse_module
@@ -115,8 +134,16 @@ def compile_checkpoint(checkpoint_dir: Path, out_dir: Path, options: BuildOption
     from day0.models.mxfp4 import check_checkpoint_scales
     from day0.models.registry import architecture
     from day0.passes.pipeline import parse_pipeline
-    from day0.runtime.artifact import VMFB, EntryPoint, FileRecord, Manifest, Parameters, StateTensor, publish
-    from day0.runtime.artifact import staging_dir
+    from day0.runtime.artifact import (
+        VMFB,
+        EntryPoint,
+        FileRecord,
+        Manifest,
+        Parameters,
+        StateTensor,
+        publish,
+        staging_dir,
+    )
 
     progress = progress or _progress_printer()
     checkpoint_dir, out_dir = Path(checkpoint_dir).resolve(), Path(out_dir).resolve()
@@ -165,9 +192,14 @@ def compile_checkpoint(checkpoint_dir: Path, out_dir: Path, options: BuildOption
         progress("passes", "done")
 
         progress("compile", "start")
-        result = compile_mlir(lowered, options.target, tmp / VMFB, extra_flags=options.extra_flags,
-                              dump_dir=stages / "iree" if stages else None,
-                              repro_dir=out_dir.parent / f"{out_dir.name}.repro")
+        result = compile_mlir(
+            lowered,
+            options.target,
+            tmp / VMFB,
+            extra_flags=options.extra_flags,
+            dump_dir=stages / "iree" if stages else None,
+            repro_dir=out_dir.parent / f"{out_dir.name}.repro",
+        )
         progress("compile", "done")
 
         progress("publish", "start")
@@ -182,12 +214,17 @@ def compile_checkpoint(checkpoint_dir: Path, out_dir: Path, options: BuildOption
             max_seq_len=options.max_seq_len,
             vocab_size=cfg.vocab_size,
             eos_token_id=cfg.eos_token_id,
-            entry_points={name: EntryPoint(**ENTRY_POINTS[name], **({"static_len": chunk} if name == "prefill_chunk" else {}))
-                          for name in entry_points(model, chunk)},
+            entry_points={
+                name: EntryPoint(**ENTRY_POINTS[name], **({"static_len": chunk} if name == "prefill_chunk" else {}))
+                for name in entry_points(model, chunk)
+            },
             state=tuple(StateTensor(s.name, s.kind, s.layer, tuple(s.shape), s.dtype) for s in model.state_specs()),
-            parameters=Parameters(scope="model", base_dir=str(checkpoint_dir),
-                                  files=tuple(FileRecord(**f) for f in ckpt.file_records()),
-                                  count=len(exported.parameters)),
+            parameters=Parameters(
+                scope="model",
+                base_dir=str(checkpoint_dir),
+                files=tuple(FileRecord(**f) for f in ckpt.file_records()),
+                count=len(exported.parameters),
+            ),
             compile_flags=tuple(result.flags),
             tools=tool_versions(),
         )
@@ -201,5 +238,7 @@ def compile_checkpoint(checkpoint_dir: Path, out_dir: Path, options: BuildOption
 def tool_versions() -> dict[str, str]:
     from importlib.metadata import version
 
-    return {p: version(p) for p in ("torch", "torch-mlir", "iree-base-compiler", "iree-base-runtime",
-                                    "transformers", "day0")}
+    return {
+        p: version(p)
+        for p in ("torch", "torch-mlir", "iree-base-compiler", "iree-base-runtime", "transformers", "day0")
+    }

@@ -28,5 +28,8 @@ def iree_compile_path() -> str:
         candidate = Path(sys.executable).parent / "iree-compile"
         if candidate.exists():
             return str(candidate)
-        raise CompileError("locating iree-compile", "iree-compile not found "
-                           "(is iree-base-compiler installed in this environment?)", None)
+        raise CompileError(
+            "locating iree-compile",
+            "iree-compile not found (is iree-base-compiler installed in this environment?)",
+            None,
+        ) from None

@@ -71,9 +71,12 @@ def indexer_entry(kernel: str) -> str:
 
 
 INDEXER_SCORES = KernelSet(
-    "day0_indexer_scores", "indexer_scores.cu", "indexer_scores.sm_90.ptx",
+    "day0_indexer_scores",
+    "indexer_scores.cu",
+    "indexer_scores.sm_90.ptx",
     # q, keys, w | out ; H, D, T, scale bits ; grid (indexer_grid_x(kernel, T), S)
-    tuple(Entry(indexer_entry(kernel), (True, True, True, False), 4, 2) for kernel in INDEXER_KERNELS))
+    tuple(Entry(indexer_entry(kernel), (True, True, True, False), 4, 2) for kernel in INDEXER_KERNELS),
+)
 INDEXER_KEYS_PER_CTA = 128  # KEYS in the .cu
 INDEXER_MAX_H, INDEXER_MAX_D = 64, 128  # the kernels' shared-memory layout (MAX_H, MAX_D)
 # Tensor-core kernel: at most one wave of CTAs a query (H200: 132 SMs × 2 CTAs), each taking a
@@ -100,18 +103,26 @@ def indexer_grid(kernel: str, S: int, T: int) -> Grid:
 
 DSA_DTYPES = ("f32", "bf16")  # q and kv dtypes of the f32-arithmetic kernels (entry suffixes)
 DSA_ATTENTION = KernelSet(
-    "day0_dsa_attention", "dsa_attention.cu", "dsa_attention.sm_90.ptx",
-    tuple(entry for dt in DSA_DTYPES for entry in (
-        # q, kv, idx | partial (m, l), partial acc ; H, D, K, V, T, scale bits ; grid (splits, H/4, S)
-        Entry(f"day0_dsa_partial_{dt}", (True, True, True, False, False), 6, 3),
-        # partial (m, l), partial acc | out ; H, V, splits ; grid (H, S)
-        Entry(f"day0_dsa_combine_{dt}", (True, True, False), 3, 2),
-    )) + (
+    "day0_dsa_attention",
+    "dsa_attention.cu",
+    "dsa_attention.sm_90.ptx",
+    tuple(
+        entry
+        for dt in DSA_DTYPES
+        for entry in (
+            # q, kv, idx | partial (m, l), partial acc ; H, D, K, V, T, scale bits ; grid (splits, H/4, S)
+            Entry(f"day0_dsa_partial_{dt}", (True, True, True, False, False), 6, 3),
+            # partial (m, l), partial acc | out ; H, V, splits ; grid (H, S)
+            Entry(f"day0_dsa_combine_{dt}", (True, True, False), 3, 2),
+        )
+    )
+    + (
         # q, kv, idx | partial (m, l), partial acc ; H, D, K, V, T, scale bits, rows ; grid (splits, H/64, S)
         Entry("day0_dsa_partial_bf16_mma", (True, True, True, False, False), 7, 3),
         # partial (m, l), partial acc | out ; H, V, splits ; grid (V/64, H, S)
         Entry("day0_dsa_combine_bf16_mma", (True, True, False), 3, 3),
-    ))
+    ),
+)
 # f32-arithmetic kernels
 DSA_ROWS_PER_SPLIT = 128  # selected slots per partial CTA (ROWS)
 DSA_HEADS_PER_CTA = 4  # HEADS
@@ -165,9 +176,12 @@ def dsa_grids(S: int, H: int, K: int, V: int, rows: int | None) -> tuple[Grid, G
 # mxfp4_matvec.cu: day0::mxfp4_moe / mxfp4_linear, one (token, slot) row a CTA column on CUDA cores
 
 MXFP4_MATVEC = KernelSet(
-    "day0_mxfp4_matvec", "mxfp4_matvec.cu", "mxfp4_matvec.sm_90.ptx",
+    "day0_mxfp4_matvec",
+    "mxfp4_matvec.cu",
+    "mxfp4_matvec.sm_90.ptx",
     # x, packed, scales, experts (i64) | out ; K, N, k, E ; grid (ceil(N/32), rows)
-    (Entry("day0_mxfp4_matvec", (True, True, True, True, False), 4, 2),))
+    (Entry("day0_mxfp4_matvec", (True, True, True, True, False), 4, 2),),
+)
 MXFP4_ROWS_PER_CTA = 32  # output columns (weight rows) a CTA: 8 warps × 4 (ROWS_PER_CTA)
 MXFP4_MAX_K = 8192  # x's row is cached in shared memory (MAX_K)
 
@@ -182,9 +196,12 @@ def mxfp4_matvec_grid(rows: int, N: int) -> Grid:
 # the expert's rows 64 at a time on tensor cores
 
 MXFP4_MOE_GEMM = KernelSet(
-    "day0_mxfp4_moe_gemm", "mxfp4_moe_gemm.cu", "mxfp4_moe_gemm.sm_90.ptx",
+    "day0_mxfp4_moe_gemm",
+    "mxfp4_moe_gemm.cu",
+    "mxfp4_moe_gemm.sm_90.ptx",
     # x, packed, scales, experts (i64) | out ; K, N, k, E, rows ; grid (ceil(N/64), E)
-    (Entry("day0_mxfp4_moe_gemm", (True, True, True, True, False), 5, 2),))
+    (Entry("day0_mxfp4_moe_gemm", (True, True, True, True, False), 5, 2),),
+)
 MXFP4_GEMM_COLS_PER_CTA = 64  # COLS
 MXFP4_GEMM_MIN_ROWS = 64  # one GEMM tile of rows (ROWS): static sites with fewer keep the matvec
 
@@ -204,13 +221,17 @@ def mxfp4_gemm_grid(E: int, N: int) -> Grid:
 # radix select of the threshold bin's candidates), or in one CTA for short rows
 
 TOPK_SELECT = KernelSet(
-    "day0_topk_select", "topk_select.cu", "topk_select.sm_90.ptx", (
+    "day0_topk_select",
+    "topk_select.cu",
+    "topk_select.sm_90.ptx",
+    (
         Entry("day0_topk_hist", (True, False, False), 2, 2),  # x, total (tied), cum | n, segs
         # x, total, cum | header, out_idx, out_val, cand ; n, segs, k
         Entry("day0_topk_collect", (True, True, True, False, False, False, False), 3, 2),
         Entry("day0_topk_finish", (True, True, True, False, False), 2, 1),  # x, header, cand, idx, val | n, k
         Entry("day0_topk_small", (True, False, False), 2, 1),  # x | idx, val ; n, k (n <= TOPK_SMALL_ROW)
-    ))
+    ),
+)
 TOPK_SEGMENT = 8192  # row elements per CTA of hist and collect (SEG)
 TOPK_BINS = 2048  # first-pass histogram bins: the top 11 key bits (BINS)
 TOPK_SMALL_ROW = 8192  # static rows up to this length take day0_topk_small (SMALL_N)

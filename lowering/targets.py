@@ -18,9 +18,9 @@ import functools
 import re
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 DEFAULT_DSA_TILE = 64
 
@@ -116,15 +116,12 @@ class Target:
 # PTX codegen only needs `arch` to say sm_90, so we take the device target IREE materializes for
 # sm_89, replace the arch, and attach it to the module as `hal.device.targets`.
 
-_PROBE_MODULE = (
-    "module { func.func @probe(%a: tensor<4xf32>) -> tensor<4xf32> "
-    "{ return %a : tensor<4xf32> } }\n"
-)
+_PROBE_MODULE = "module { func.func @probe(%a: tensor<4xf32>) -> tensor<4xf32> { return %a : tensor<4xf32> } }\n"
 # `util.global private @__device_0 = #hal.device.target<...> : !hal.device`
 _DEVICE_GLOBAL = re.compile(r"util\.global private @__device_0 = (#hal\.device\.target<.*>) : !hal\.device")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cuda_device_target_attr(arch: str = "sm_90", probe_arch: str = "sm_89") -> str:
     """The `#hal.device.target<"cuda", ...>` attribute text for `arch`.
 
@@ -139,8 +136,13 @@ def cuda_device_target_attr(arch: str = "sm_90", probe_arch: str = "sm_89") -> s
         src = Path(tmp) / "probe.mlir"
         src.write_text(_PROBE_MODULE)
         cmd = [
-            iree_compile_path(), str(src), "--iree-hal-target-device=cuda",
-            f"--iree-cuda-target={probe_arch}", "--compile-to=preprocessing", "-o", "-",
+            iree_compile_path(),
+            str(src),
+            "--iree-hal-target-device=cuda",
+            f"--iree-cuda-target={probe_arch}",
+            "--compile-to=preprocessing",
+            "-o",
+            "-",
         ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -172,8 +174,8 @@ def attach_device_targets(mlir_text: str, device_target_attr: str) -> str:
     if match is None:
         return f"module attributes {{{entry}}} {{\n{mlir_text}\n}}\n"
     if match.group(1):  # existing attribute dictionary: prepend our entry inside it
-        return mlir_text[: match.end()] + entry + ", " + mlir_text[match.end():]
-    return mlir_text[: match.end()] + f" attributes {{{entry}}}" + mlir_text[match.end():]
+        return mlir_text[: match.end()] + entry + ", " + mlir_text[match.end() :]
+    return mlir_text[: match.end()] + f" attributes {{{entry}}}" + mlir_text[match.end() :]
 
 
 def _attach_cuda_sm90(mlir_text: str) -> str:

@@ -29,8 +29,9 @@ class SinkAttention(nn.Module):
         self.sinks = nn.Parameter(torch.empty(heads))
         self.scale = head_dim**-0.5
 
-    def forward(self, x: Tensor, positions: Tensor, cos: Tensor, sin: Tensor, visible: Tensor,
-                k_cache: Tensor, v_cache: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def forward(
+        self, x: Tensor, positions: Tensor, cos: Tensor, sin: Tensor, visible: Tensor, k_cache: Tensor, v_cache: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """x [S, hidden] at `positions` [S]; cos, sin [S, head_dim/2]; visible [S, T] bool;
         caches [T, kv_heads, head_dim] f32. Returns (out [S, hidden], k_cache, v_cache) with the
         new rows written."""

@@ -80,13 +80,13 @@ class CausalLM(nn.Module):
         if cache_dtype not in CACHE_DTYPES:
             raise ValueError(f"cache dtype '{cache_dtype}' is not supported (choose from {', '.join(CACHE_DTYPES)})")
         if cache_dtype != "float32" and not self.supports_bf16_cache:
-            raise ValueError(f"cache dtype {cache_dtype} is not supported for {type(self).__name__} "
-                             f"(its caches are float32 only)")
+            raise ValueError(
+                f"cache dtype {cache_dtype} is not supported for {type(self).__name__} (its caches are float32 only)"
+            )
         self.cfg, self.max_seq_len, self.cache_dtype = cfg, max_seq_len, cache_dtype
 
     @classmethod
-    def empty(cls, cfg, max_seq_len: int, dtypes: dict[str, torch.dtype] | None = None,
-              cache_dtype: str = "float32"):
+    def empty(cls, cfg, max_seq_len: int, dtypes: dict[str, torch.dtype] | None = None, cache_dtype: str = "float32"):
         """Parameters allocated but not initialized (untouched pages cost no memory); floating
         parameters take the dtype the checkpoint stores (`dtypes`: name -> dtype), packed integer
         ones (MXFP4 bytes) keep theirs; the rope table is computed."""
@@ -109,8 +109,10 @@ class CausalLM(nn.Module):
 
     def parameter_shapes(self) -> "ParameterShapes":
         """name -> (shape, allowed safetensors dtypes): packed u8 tensors must be U8 in the file."""
-        return ParameterShapes({n: (tuple(p.shape), {"U8"} if p.dtype == torch.uint8 else None)
-                                for n, p in self.named_parameters()}, self.unused_tensors)
+        return ParameterShapes(
+            {n: (tuple(p.shape), {"U8"} if p.dtype == torch.uint8 else None) for n, p in self.named_parameters()},
+            self.unused_tensors,
+        )
 
     def state_specs(self) -> list[StateSpec]:
         raise NotImplementedError

@@ -14,8 +14,8 @@ in the model's cache dtype (float32 or bfloat16; the math is float32).
 import torch
 from torch import Tensor, nn
 
-from day0.models.config import ConfigError, require
 from day0.models.base import STATIC_ROPE_TYPES, Backbone, CausalLM, StateSpec
+from day0.models.config import ConfigError, require
 from day0.models.layers import MLP, RMSNorm
 from day0.models.mla import SparseMLA
 from day0.models.moe import MoE
@@ -36,25 +36,39 @@ def parse_config(raw: dict):
         raise ConfigError(f"config.json: invalid deepseek_v32 config: {e}") from None
     cfg.day0_expert_format = expert_format
     rope = cfg.rope_parameters or {}
-    require(rope.get("rope_type", "default") in STATIC_ROPE_TYPES, "rope_parameters.rope_type",
-            f"'{rope.get('rope_type')}' is not supported (supported: {', '.join(STATIC_ROPE_TYPES)}; "
-            f"day0 precomputes the rope table, so frequencies may not depend on the sequence length)")
+    require(
+        rope.get("rope_type", "default") in STATIC_ROPE_TYPES,
+        "rope_parameters.rope_type",
+        f"'{rope.get('rope_type')}' is not supported (supported: {', '.join(STATIC_ROPE_TYPES)}; "
+        f"day0 precomputes the rope table, so frequencies may not depend on the sequence length)",
+    )
     require(cfg.hidden_act == "silu", "hidden_act", f"'{cfg.hidden_act}' is not supported (only silu)")
-    require(cfg.num_key_value_heads == cfg.num_attention_heads, "num_key_value_heads",
-            "MLA needs num_key_value_heads == num_attention_heads")
+    require(
+        cfg.num_key_value_heads == cfg.num_attention_heads,
+        "num_key_value_heads",
+        "MLA needs num_key_value_heads == num_attention_heads",
+    )
     require(isinstance(cfg.q_lora_rank, int) and cfg.q_lora_rank > 0, "q_lora_rank", "must be a positive int")
     require(cfg.n_routed_experts % cfg.n_group == 0, "n_group", "must divide n_routed_experts")
     require(0 < cfg.topk_group <= cfg.n_group, "topk_group", "must be in [1, n_group]")
     require(cfg.num_experts_per_tok <= cfg.n_routed_experts, "num_experts_per_tok", "exceeds n_routed_experts")
     require(cfg.n_routed_experts // cfg.n_group >= 2, "n_group", "each group needs at least 2 experts")
-    require(cfg.qk_rope_head_dim % 2 == 0 and cfg.qk_rope_head_dim <= cfg.index_head_dim,
-            "qk_rope_head_dim", "must be even and at most index_head_dim")
-    require(set(cfg.layer_types) <= {"indexed_attention"}, "layer_types",
-            f"unsupported values {sorted(set(cfg.layer_types) - {'indexed_attention'})}")
-    require(set(cfg.mlp_layer_types) <= {"dense", "sparse"}, "mlp_layer_types",
-            f"unsupported values {sorted(set(cfg.mlp_layer_types) - {'dense', 'sparse'})}")
-    require(len(cfg.mlp_layer_types) == cfg.num_hidden_layers, "mlp_layer_types",
-            "needs one entry per layer")
+    require(
+        cfg.qk_rope_head_dim % 2 == 0 and cfg.qk_rope_head_dim <= cfg.index_head_dim,
+        "qk_rope_head_dim",
+        "must be even and at most index_head_dim",
+    )
+    require(
+        set(cfg.layer_types) <= {"indexed_attention"},
+        "layer_types",
+        f"unsupported values {sorted(set(cfg.layer_types) - {'indexed_attention'})}",
+    )
+    require(
+        set(cfg.mlp_layer_types) <= {"dense", "sparse"},
+        "mlp_layer_types",
+        f"unsupported values {sorted(set(cfg.mlp_layer_types) - {'dense', 'sparse'})}",
+    )
+    require(len(cfg.mlp_layer_types) == cfg.num_hidden_layers, "mlp_layer_types", "needs one entry per layer")
     return cfg
 
 
@@ -75,12 +89,11 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
     def forward(self, h, positions, cos, sin, visible, kv_cache, index_cache, k):
-        a, kv_cache, index_cache = self.self_attn(self.input_layernorm(h), positions, cos, sin, visible,
-                                                  kv_cache, index_cache, k)
+        a, kv_cache, index_cache = self.self_attn(
+            self.input_layernorm(h), positions, cos, sin, visible, kv_cache, index_cache, k
+        )
         h = h + a
         return h + self.mlp(self.post_attention_layernorm(h)), kv_cache, index_cache
-
-
 
 
 class DeepseekV32(CausalLM):
@@ -107,10 +120,14 @@ class DeepseekV32(CausalLM):
 
     def state_specs(self) -> list[StateSpec]:
         c, t = self.cfg, self.max_seq_len
-        kv = [StateSpec(f"kv_cache.{i}", "mla_latent", i, (t, c.kv_lora_rank + c.qk_rope_head_dim), self.cache_dtype)
-              for i in range(c.num_hidden_layers)]
-        ix = [StateSpec(f"index_cache.{i}", "indexer_keys", i, (t, c.index_head_dim), self.cache_dtype)
-              for i in range(c.num_hidden_layers)]
+        kv = [
+            StateSpec(f"kv_cache.{i}", "mla_latent", i, (t, c.kv_lora_rank + c.qk_rope_head_dim), self.cache_dtype)
+            for i in range(c.num_hidden_layers)
+        ]
+        ix = [
+            StateSpec(f"index_cache.{i}", "indexer_keys", i, (t, c.index_head_dim), self.cache_dtype)
+            for i in range(c.num_hidden_layers)
+        ]
         return kv + ix
 
     def step(self, ids: Tensor, start: Tensor, *state: Tensor, first_turn: bool = False) -> tuple[Tensor, ...]:
@@ -127,9 +144,9 @@ class DeepseekV32(CausalLM):
         visible = torch.arange(keys, dtype=torch.int64)[None, :] <= positions[:, None]  # [S, L]
         h = self.model.embed_tokens.weight.index_select(0, ids).float()  # [S, hidden]
         for i, layer in enumerate(self.model.layers):
-            h, kv_caches[i], index_caches[i] = layer(h, positions, cos, sin, visible,
-                                                     kv_caches[i], index_caches[i], self.selection_width())
+            h, kv_caches[i], index_caches[i] = layer(
+                h, positions, cos, sin, visible, kv_caches[i], index_caches[i], self.selection_width()
+            )
         h = self.model.norm(h)
         head = self.model.embed_tokens if self.lm_head is None else self.lm_head
         return (h @ head.weight.float().T, *kv_caches, *index_caches)
-

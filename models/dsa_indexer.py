@@ -21,7 +21,6 @@ from torch import Tensor, nn
 from day0.frontend import ops
 from day0.models.layers import linear, rotate_half_split
 
-
 INVISIBLE = -1e30  # the score of a position a query may not select
 
 
@@ -49,12 +48,14 @@ class Indexer(nn.Module):
 
     def keys(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         """Indexer key rows [S, d_I] for new tokens x [S, hidden] (cos/sin [S, rope/2])."""
-        k = F.layer_norm(linear(x, self.wk), (self.head_dim,),
-                         self.k_norm.weight.float(), self.k_norm.bias.float(), self.k_norm.eps)
+        k = F.layer_norm(
+            linear(x, self.wk), (self.head_dim,), self.k_norm.weight.float(), self.k_norm.bias.float(), self.k_norm.eps
+        )
         return torch.cat([rotate_half_split(k[:, : self.rope_dim], cos, sin), k[:, self.rope_dim :]], -1)
 
-    def select(self, x: Tensor, q_resid: Tensor, cos: Tensor, sin: Tensor, key_cache: Tensor,
-               visible: Tensor, k: int) -> Tensor:
+    def select(
+        self, x: Tensor, q_resid: Tensor, cos: Tensor, sin: Tensor, key_cache: Tensor, visible: Tensor, k: int
+    ) -> Tensor:
         """Selected positions [S, k] int64 (-1 = empty) for queries x [S, hidden].
 
         key_cache: [L, d_I] with the new keys already written (L may be a prefix of the cache, the

@@ -37,9 +37,22 @@ INDEXER_TYPES = ("full", "shared")
 MLP_TYPES = ("dense", "sparse")
 KDA_CHUNK = 64  # transformers' chunk_kimi_delta_attention default; the result does not depend on it
 # config.json keys of the multimodal wrapper, not of the text model
-WRAPPER_KEYS = ("model_type", "text_config", "vision_config", "quantization_config", "architectures",
-                "image_token_id", "video_token_id", "image_start_token_id", "image_end_token_id",
-                "video_start_token_id", "video_end_token_id", "transformers_version", "dtype", "torch_dtype")
+WRAPPER_KEYS = (
+    "model_type",
+    "text_config",
+    "vision_config",
+    "quantization_config",
+    "architectures",
+    "image_token_id",
+    "video_token_id",
+    "image_start_token_id",
+    "image_end_token_id",
+    "video_start_token_id",
+    "video_end_token_id",
+    "transformers_version",
+    "dtype",
+    "torch_dtype",
+)
 
 
 def text_fields(raw: dict) -> dict:
@@ -62,24 +75,42 @@ def parse_config(raw: dict):
         return fields.get(name, getattr(defaults, name))
 
     n = get("num_hidden_layers")
-    for field, kinds in (("layer_types", LAYER_TYPES), ("indexer_types", INDEXER_TYPES),
-                         ("mlp_layer_types", MLP_TYPES)):
+    for field, kinds in (
+        ("layer_types", LAYER_TYPES),
+        ("indexer_types", INDEXER_TYPES),
+        ("mlp_layer_types", MLP_TYPES),
+    ):
         if fields.get(field) is not None:
             _check_layer_kinds(field, fields[field], kinds, n)
-    require(get("qk_rope_head_dim") == 0, "qk_rope_head_dim",
-            f"must be 0 (got {get('qk_rope_head_dim')}): GLM-5's DSA attention layers are NoPE, "
-            f"and transformers' glm5_next rejects a RoPE dim")
-    require(isinstance(get("q_lora_rank"), int) and get("q_lora_rank") > 0, "q_lora_rank",
-            "must be a positive int (the DSA indexer reads the q LoRA latent)")
+    require(
+        get("qk_rope_head_dim") == 0,
+        "qk_rope_head_dim",
+        f"must be 0 (got {get('qk_rope_head_dim')}): GLM-5's DSA attention layers are NoPE, "
+        f"and transformers' glm5_next rejects a RoPE dim",
+    )
+    require(
+        isinstance(get("q_lora_rank"), int) and get("q_lora_rank") > 0,
+        "q_lora_rank",
+        "must be a positive int (the DSA indexer reads the q LoRA latent)",
+    )
     kpool, topk = get("index_kpool"), get("index_topk")
     require(isinstance(kpool, int) and kpool >= 1, "index_kpool", f"must be a positive int (got {kpool})")
-    require(isinstance(topk, int) and topk >= kpool and topk % kpool == 0, "index_topk",
-            f"must be a positive multiple of index_kpool ({kpool}), got {topk}")
-    require(get("index_kpool_always_select_tail") is True, "index_kpool_always_select_tail",
-            "only true is supported: without the tail, a query before its first complete pool "
-            "selects nothing and transformers' attention over an empty selection is undefined")
-    require(get("num_key_value_heads") in (None, get("num_attention_heads")), "num_key_value_heads",
-            "MLA needs num_key_value_heads == num_attention_heads")
+    require(
+        isinstance(topk, int) and topk >= kpool and topk % kpool == 0,
+        "index_topk",
+        f"must be a positive multiple of index_kpool ({kpool}), got {topk}",
+    )
+    require(
+        get("index_kpool_always_select_tail") is True,
+        "index_kpool_always_select_tail",
+        "only true is supported: without the tail, a query before its first complete pool "
+        "selects nothing and transformers' attention over an empty selection is undefined",
+    )
+    require(
+        get("num_key_value_heads") in (None, get("num_attention_heads")),
+        "num_key_value_heads",
+        "MLA needs num_key_value_heads == num_attention_heads",
+    )
     try:
         cfg = transformers.Glm5NextTextConfig(**fields)
     except Exception as e:  # strict dataclass validation: name the field it complains about
@@ -95,24 +126,39 @@ def parse_config(raw: dict):
     for i, (kind, indexer) in enumerate(zip(cfg.layer_types, cfg.indexer_types)):
         if kind == "indexed_attention" and indexer == "shared":
             ok = i > 0 and cfg.layer_types[i - 1] == "indexed_attention" and cfg.indexer_types[i - 1] == "full"
-            require(ok, "indexer_types",
-                    f"layer {i} is 'shared' but layer {i - 1} is not a 'full' indexed_attention layer "
-                    f"(a shared layer reuses the selection of the full DSA layer right before it)")
+            require(
+                ok,
+                "indexer_types",
+                f"layer {i} is 'shared' but layer {i - 1} is not a 'full' indexed_attention layer "
+                f"(a shared layer reuses the selection of the full DSA layer right before it)",
+            )
     if "linear_attention" in cfg.layer_types:
-        require(cfg.linear_num_heads > 0 and cfg.linear_head_dim > 0, "linear_num_heads",
-                "linear_num_heads and linear_head_dim must be positive")
-        require(cfg.linear_conv_kernel_dim >= 2, "linear_conv_kernel_dim",
-                f"must be at least 2 (got {cfg.linear_conv_kernel_dim})")
+        require(
+            cfg.linear_num_heads > 0 and cfg.linear_head_dim > 0,
+            "linear_num_heads",
+            "linear_num_heads and linear_head_dim must be positive",
+        )
+        require(
+            cfg.linear_conv_kernel_dim >= 2,
+            "linear_conv_kernel_dim",
+            f"must be at least 2 (got {cfg.linear_conv_kernel_dim})",
+        )
     require(isinstance(cfg.hc_mult, int) and cfg.hc_mult >= 1, "hc_mult", f"must be a positive int (got {cfg.hc_mult})")
-    require(isinstance(cfg.hc_sinkhorn_iters, int) and cfg.hc_sinkhorn_iters >= 1, "hc_sinkhorn_iters",
-            f"must be a positive int (got {cfg.hc_sinkhorn_iters})")
+    require(
+        isinstance(cfg.hc_sinkhorn_iters, int) and cfg.hc_sinkhorn_iters >= 1,
+        "hc_sinkhorn_iters",
+        f"must be a positive int (got {cfg.hc_sinkhorn_iters})",
+    )
     if "sparse" in cfg.mlp_layer_types:
         e = cfg.n_routed_experts
         require(cfg.n_group > 0 and e % cfg.n_group == 0, "n_group", f"must divide n_routed_experts ({e})")
         require(e // cfg.n_group >= 2, "n_group", "each group needs at least 2 experts")
         require(0 < cfg.topk_group <= cfg.n_group, "topk_group", "must be in [1, n_group]")
-        require(0 < cfg.num_experts_per_tok <= cfg.topk_group * (e // cfg.n_group), "num_experts_per_tok",
-                "must be in [1, the experts of topk_group groups]")
+        require(
+            0 < cfg.num_experts_per_tok <= cfg.topk_group * (e // cfg.n_group),
+            "num_experts_per_tok",
+            "must be in [1, the experts of topk_group groups]",
+        )
     return cfg
 
 
@@ -135,11 +181,19 @@ class DsaAttention(NopeMLA):
     def __init__(self, cfg, full_indexer: bool):
         super().__init__(cfg, norm_eps=cfg.rms_norm_eps)
         if full_indexer:
-            self.indexer = KPoolIndexer(cfg.hidden_size, cfg.q_lora_rank, cfg.index_n_heads, cfg.index_head_dim,
-                                        cfg.index_topk, cfg.index_kpool, cfg.index_kpool_always_select_tail)
+            self.indexer = KPoolIndexer(
+                cfg.hidden_size,
+                cfg.q_lora_rank,
+                cfg.index_n_heads,
+                cfg.index_head_dim,
+                cfg.index_topk,
+                cfg.index_kpool,
+                cfg.index_kpool_always_select_tail,
+            )
 
-    def forward(self, x: Tensor, positions: Tensor, selected: Tensor | None, kv_cache: Tensor,
-                *indexer_state: Tensor) -> tuple[Tensor, ...]:
+    def forward(
+        self, x: Tensor, positions: Tensor, selected: Tensor | None, kv_cache: Tensor, *indexer_state: Tensor
+    ) -> tuple[Tensor, ...]:
         """x [S, hidden]; selected: the previous full layer's selection (shared layers) or None;
         returns (out [S, hidden], selected [S, K], kv_cache, *indexer_state)."""
         q_resid, query = self.queries(x)
@@ -157,9 +211,16 @@ class DecoderLayer(nn.Module):
         self.is_kda = cfg.layer_types[i] == "linear_attention"
         self.full_indexer = not self.is_kda and cfg.indexer_types[i] == "full"
         if self.is_kda:
-            self.self_attn = KdaAttention(cfg.hidden_size, cfg.linear_num_heads, cfg.linear_head_dim,
-                                          cfg.linear_conv_kernel_dim, cfg.rms_norm_eps, chunk=KDA_CHUNK,
-                                          a_log_shape=(cfg.linear_num_heads,), lower_bound=cfg.linear_lower_bound)
+            self.self_attn = KdaAttention(
+                cfg.hidden_size,
+                cfg.linear_num_heads,
+                cfg.linear_head_dim,
+                cfg.linear_conv_kernel_dim,
+                cfg.rms_norm_eps,
+                chunk=KDA_CHUNK,
+                a_log_shape=(cfg.linear_num_heads,),
+                lower_bound=cfg.linear_lower_bound,
+            )
         else:
             self.self_attn = DsaAttention(cfg, self.full_indexer)
         if cfg.mlp_layer_types[i] == "sparse":
@@ -227,14 +288,18 @@ class Glm5Next(CausalLM):
         for i, layer in enumerate(self.layers):
             if layer.is_kda:
                 conv, rec = layer.self_attn.state_shapes()
-                specs += [StateSpec(f"conv_tail.{i}", "conv_tail", i, conv),
-                          StateSpec(f"kda_state.{i}", "kda_state", i, rec)]
+                specs += [
+                    StateSpec(f"conv_tail.{i}", "conv_tail", i, conv),
+                    StateSpec(f"kda_state.{i}", "kda_state", i, rec),
+                ]
                 continue
             specs.append(StateSpec(f"kv_cache.{i}", "mla_latent", i, (t, c.kv_lora_rank + c.qk_rope_head_dim)))
             if layer.full_indexer:
                 keys, pools = layer.self_attn.indexer.state_shapes(t)
-                specs += [StateSpec(f"index_keys.{i}", "indexer_keys", i, keys),
-                          StateSpec(f"index_pools.{i}", "indexer_pools", i, pools)]
+                specs += [
+                    StateSpec(f"index_keys.{i}", "indexer_keys", i, keys),
+                    StateSpec(f"index_pools.{i}", "indexer_pools", i, pools),
+                ]
         return specs
 
     def step(self, ids: Tensor, start: Tensor, *state: Tensor, trace: list | None = None) -> tuple[Tensor, ...]:

@@ -17,8 +17,8 @@ from torch import Tensor, nn
 
 import day0.frontend.ops  # noqa: F401  (registers torch.ops.day0.*)
 from day0.models.attention import SinkAttention
-from day0.models.config import ConfigError, require
 from day0.models.base import STATIC_ROPE_TYPES, Backbone, CausalLM, StateSpec
+from day0.models.config import ConfigError, require
 from day0.models.layers import RMSNorm
 
 MODEL_TYPE = "gpt_oss"
@@ -37,30 +37,44 @@ def parse_config(raw: dict):
     except Exception as e:  # strict dataclass validation: name the field it complains about
         raise ConfigError(f"config.json: invalid gpt_oss config: {e}") from None
     rope = cfg.rope_parameters or {}
-    require(rope.get("rope_type", "default") in STATIC_ROPE_TYPES, "rope_parameters.rope_type",
-            f"'{rope.get('rope_type')}' is not supported (supported: {', '.join(STATIC_ROPE_TYPES)}; "
-            f"day0 precomputes the rope table, so frequencies may not depend on the sequence length)")
+    require(
+        rope.get("rope_type", "default") in STATIC_ROPE_TYPES,
+        "rope_parameters.rope_type",
+        f"'{rope.get('rope_type')}' is not supported (supported: {', '.join(STATIC_ROPE_TYPES)}; "
+        f"day0 precomputes the rope table, so frequencies may not depend on the sequence length)",
+    )
     require(len(cfg.layer_types) == cfg.num_hidden_layers, "layer_types", "needs one entry per layer")
-    require(set(cfg.layer_types) <= set(LAYER_TYPES), "layer_types",
-            f"unsupported values {sorted(set(cfg.layer_types) - set(LAYER_TYPES))} "
-            f"(supported: {', '.join(LAYER_TYPES)})")
+    require(
+        set(cfg.layer_types) <= set(LAYER_TYPES),
+        "layer_types",
+        f"unsupported values {sorted(set(cfg.layer_types) - set(LAYER_TYPES))} (supported: {', '.join(LAYER_TYPES)})",
+    )
     if "sliding_attention" in cfg.layer_types:
-        require(isinstance(cfg.sliding_window, int) and cfg.sliding_window > 0, "sliding_window",
-                "must be a positive int when a layer is sliding_attention")
-    require(cfg.num_attention_heads % cfg.num_key_value_heads == 0, "num_key_value_heads",
-            "must divide num_attention_heads")
+        require(
+            isinstance(cfg.sliding_window, int) and cfg.sliding_window > 0,
+            "sliding_window",
+            "must be a positive int when a layer is sliding_attention",
+        )
+    require(
+        cfg.num_attention_heads % cfg.num_key_value_heads == 0, "num_key_value_heads", "must divide num_attention_heads"
+    )
     require(cfg.head_dim % 2 == 0, "head_dim", "must be even (rotary halves)")
-    require(0 < cfg.num_experts_per_tok <= cfg.num_local_experts, "num_experts_per_tok",
-            "must be in [1, num_local_experts]")
+    require(
+        0 < cfg.num_experts_per_tok <= cfg.num_local_experts, "num_experts_per_tok", "must be in [1, num_local_experts]"
+    )
     quant = getattr(cfg, "quantization_config", None)
     if quant is not None:
         method = quant.get("quant_method") if isinstance(quant, dict) else getattr(quant, "quant_method", None)
         require(method is not None, "quantization_config.quant_method", "missing")
-        require(method in QUANT_METHODS, "quantization_config.quant_method",
-                f"'{method}' is not supported (supported: {', '.join(QUANT_METHODS)} or no quantization_config)")
+        require(
+            method in QUANT_METHODS,
+            "quantization_config.quant_method",
+            f"'{method}' is not supported (supported: {', '.join(QUANT_METHODS)} or no quantization_config)",
+        )
         for field in ("hidden_size", "intermediate_size"):
-            require(getattr(cfg, field) % MXFP4_BLOCK == 0, field,
-                    f"must be a multiple of {MXFP4_BLOCK} for MXFP4 experts")
+            require(
+                getattr(cfg, field) % MXFP4_BLOCK == 0, field, f"must be a multiple of {MXFP4_BLOCK} for MXFP4 experts"
+            )
     return cfg
 
 
@@ -115,8 +129,9 @@ class Mxfp4Experts(nn.Module):
         s, k = experts.shape
         blocks = self.down_proj_blocks
         packed = blocks.reshape(blocks.shape[0], blocks.shape[1], -1)  # [E, H, I/2]
-        y = torch.ops.day0.mxfp4_moe(h.reshape(s * k, -1), packed, self.down_proj_scales,
-                                     experts.reshape(s * k, 1))  # [S·k, 1, H]
+        y = torch.ops.day0.mxfp4_moe(
+            h.reshape(s * k, -1), packed, self.down_proj_scales, experts.reshape(s * k, 1)
+        )  # [S·k, 1, H]
         return y.view(s, k, -1) + _gather(self.down_proj_bias, experts)
 
 
@@ -170,19 +185,17 @@ class SparseMoE(nn.Module):
 class DecoderLayer(nn.Module):
     def __init__(self, cfg, i: int):
         super().__init__()
-        self.self_attn = SinkAttention(cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads,
-                                       cfg.head_dim, cfg.attention_bias)
+        self.self_attn = SinkAttention(
+            cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.attention_bias
+        )
         self.mlp = SparseMoE(cfg)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
     def forward(self, h, positions, cos, sin, visible, k_cache, v_cache):
-        a, k_cache, v_cache = self.self_attn(self.input_layernorm(h), positions, cos, sin, visible,
-                                             k_cache, v_cache)
+        a, k_cache, v_cache = self.self_attn(self.input_layernorm(h), positions, cos, sin, visible, k_cache, v_cache)
         h = h + a
         return h + self.mlp(self.post_attention_layernorm(h)), k_cache, v_cache
-
-
 
 
 class GptOss(CausalLM):
@@ -204,8 +217,9 @@ class GptOss(CausalLM):
     def state_specs(self) -> list[StateSpec]:
         c, t = self.cfg, self.max_seq_len
         shape = (t, c.num_key_value_heads, c.head_dim)
-        return ([StateSpec(f"k_cache.{i}", "keys", i, shape) for i in range(c.num_hidden_layers)]
-                + [StateSpec(f"v_cache.{i}", "values", i, shape) for i in range(c.num_hidden_layers)])
+        return [StateSpec(f"k_cache.{i}", "keys", i, shape) for i in range(c.num_hidden_layers)] + [
+            StateSpec(f"v_cache.{i}", "values", i, shape) for i in range(c.num_hidden_layers)
+        ]
 
     def step(self, ids: Tensor, start: Tensor, *state: Tensor) -> tuple[Tensor, ...]:
         """Run ids [S] at positions start..start+S-1 over the state; returns (logits [S, V], *state)."""
@@ -218,9 +232,9 @@ class GptOss(CausalLM):
         masks = {w: causal if w == 0 else causal & (behind < w) for w in set(self.windows)}
         h = self.model.embed_tokens.weight.index_select(0, ids).float()  # [S, hidden]
         for i, layer in enumerate(self.model.layers):
-            h, k_caches[i], v_caches[i] = layer(h, positions, cos, sin, masks[self.windows[i]],
-                                                k_caches[i], v_caches[i])
+            h, k_caches[i], v_caches[i] = layer(
+                h, positions, cos, sin, masks[self.windows[i]], k_caches[i], v_caches[i]
+            )
         h = self.model.norm(h)
         head = self.model.embed_tokens if self.lm_head is None else self.lm_head
         return (h @ head.weight.float().T, *k_caches, *v_caches)
-

@@ -92,8 +92,9 @@ def _chunk(q_c: Tensor, k_c: Tensor, v_c: Tensor, g_c: Tensor, b_c: Tensor, stat
     return out, state
 
 
-def kda_chunked(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor,
-                chunk: int = 64) -> tuple[Tensor, Tensor]:
+def kda_chunked(
+    q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor, chunk: int = 64
+) -> tuple[Tensor, Tensor]:
     T, H, K = k.shape
     q = q * K**-0.5
 
@@ -155,8 +156,17 @@ class KdaAttention(nn.Module):
     State per layer: conv tail [3·H·K, kernel-1] (the last inputs of the conv) and the recurrent
     state [H, K, V] (V = K here). `forward(x, conv, rec, chunked)` returns (out, conv, rec)."""
 
-    def __init__(self, hidden: int, heads: int, head_dim: int, conv_kernel: int, eps: float, chunk: int = 64,
-                 a_log_shape: tuple[int, ...] | None = None, lower_bound: float | None = None):
+    def __init__(
+        self,
+        hidden: int,
+        heads: int,
+        head_dim: int,
+        conv_kernel: int,
+        eps: float,
+        chunk: int = 64,
+        a_log_shape: tuple[int, ...] | None = None,
+        lower_bound: float | None = None,
+    ):
         """a_log_shape: A_log's shape in the checkpoint (Kimi: [1, 1, H, 1]; GLM-5: [H]);
         lower_bound: GLM-5's "safe gate" g = lower_bound · sigmoid(exp(A_log) · g_raw) instead of
         the softplus form (None: softplus, Kimi)."""
@@ -202,7 +212,7 @@ class KdaAttention(nn.Module):
         window = torch.cat([conv, mixed], dim=1)  # [C, kernel-1+S]
         weight = torch.cat([self.q_conv1d.weight, self.k_conv1d.weight, self.v_conv1d.weight]).float()
         out = F.conv1d(window[None], weight, groups=window.shape[0])[0]  # [C, S]
-        conv = window[:, -(self.kernel - 1):]
+        conv = window[:, -(self.kernel - 1) :]
         q, k, v = F.silu(out).T.split(h * d, dim=-1)
         q, k, v = (t.reshape(s, h, d) for t in (q, k, v))
         g = self.forget_gate(x)

@@ -44,11 +44,17 @@ def parse_config(raw: dict):
     expert_format = routed_expert_format(raw)
     # Fields of Moonshot's config that transformers ignores: a value other than the one its
     # implementation hard-codes would silently give a different model.
-    require(raw.get("mla_use_nope", True) is True, "mla_use_nope",
-            "the MLA layers must be NoPE (no rotary embedding on the shared key part): "
-            "transformers' kimi_linear and day0 implement only that")
-    require(raw.get("moe_router_activation_func", "sigmoid") == "sigmoid", "moe_router_activation_func",
-            f"'{raw.get('moe_router_activation_func')}' is not supported (only sigmoid)")
+    require(
+        raw.get("mla_use_nope", True) is True,
+        "mla_use_nope",
+        "the MLA layers must be NoPE (no rotary embedding on the shared key part): "
+        "transformers' kimi_linear and day0 implement only that",
+    )
+    require(
+        raw.get("moe_router_activation_func", "sigmoid") == "sigmoid",
+        "moe_router_activation_func",
+        f"'{raw.get('moe_router_activation_func')}' is not supported (only sigmoid)",
+    )
     _check_layer_lists(raw)
     fields = {k: v for k, v in raw.items() if k not in ("model_type", "quantization_config")}
     try:
@@ -61,23 +67,34 @@ def parse_config(raw: dict):
     _check_layer_kinds("layer_types", cfg.layer_types, LAYER_TYPES, cfg.num_hidden_layers)
     _check_layer_kinds("mlp_layer_types", cfg.mlp_layer_types, MLP_TYPES, cfg.num_hidden_layers)
     if "linear_attention" in cfg.layer_types:
-        require(cfg.linear_num_heads > 0 and cfg.linear_head_dim > 0, "linear_attn_config",
-                "num_heads and head_dim must be positive")
-        require(cfg.linear_conv_kernel_dim >= 2, "linear_attn_config.short_conv_kernel_size",
-                f"must be at least 2 (got {cfg.linear_conv_kernel_dim})")
+        require(
+            cfg.linear_num_heads > 0 and cfg.linear_head_dim > 0,
+            "linear_attn_config",
+            "num_heads and head_dim must be positive",
+        )
+        require(
+            cfg.linear_conv_kernel_dim >= 2,
+            "linear_attn_config.short_conv_kernel_size",
+            f"must be at least 2 (got {cfg.linear_conv_kernel_dim})",
+        )
     if "full_attention" in cfg.layer_types:
-        require(cfg.num_key_value_heads == cfg.num_attention_heads, "num_key_value_heads",
-                "MLA needs num_key_value_heads == num_attention_heads")
+        require(
+            cfg.num_key_value_heads == cfg.num_attention_heads,
+            "num_key_value_heads",
+            "MLA needs num_key_value_heads == num_attention_heads",
+        )
         require(cfg.q_lora_rank is None or cfg.q_lora_rank > 0, "q_lora_rank", "must be null or a positive int")
         require(cfg.qk_rope_head_dim >= 0, "qk_rope_head_dim", "must be non-negative")
     if "sparse" in cfg.mlp_layer_types:
         e = cfg.num_local_experts
-        require(cfg.n_group > 0 and e % cfg.n_group == 0, "num_expert_group",
-                f"must divide num_experts ({e})")
+        require(cfg.n_group > 0 and e % cfg.n_group == 0, "num_expert_group", f"must divide num_experts ({e})")
         require(e // cfg.n_group >= 2, "num_expert_group", "each group needs at least 2 experts")
         require(0 < cfg.topk_group <= cfg.n_group, "topk_group", "must be in [1, num_expert_group]")
-        require(0 < cfg.num_experts_per_tok <= cfg.topk_group * (e // cfg.n_group), "num_experts_per_token",
-                "must be in [1, the experts of topk_group groups]")
+        require(
+            0 < cfg.num_experts_per_tok <= cfg.topk_group * (e // cfg.n_group),
+            "num_experts_per_token",
+            "must be in [1, the experts of topk_group groups]",
+        )
     return cfg
 
 
@@ -91,8 +108,9 @@ def routed_expert_format(raw: dict) -> str:
     try:
         return compressed_tensors_expert_format(raw, MODEL_TYPE)
     except Mxfp4Error as e:  # (names the quantization_config field that is not MXFP4)
-        raise ConfigError(f"{e}; {MODEL_TYPE} supports only compressed-tensors "
-                          f"mxfp4-pack-quantized routed experts") from None
+        raise ConfigError(
+            f"{e}; {MODEL_TYPE} supports only compressed-tensors mxfp4-pack-quantized routed experts"
+        ) from None
 
 
 def dense_mlp_name(raw: dict) -> str:
@@ -118,8 +136,11 @@ def _check_layer_lists(raw: dict) -> None:
             both = sorted(set(kda) & set(full))
             require(not both, "linear_attn_config", f"layers {both} are in both kda_layers and full_attn_layers")
             unplaced = [i for i in range(1, n + 1) if i not in placed]
-            require(not unplaced, "linear_attn_config",
-                    f"layers {unplaced} (1-based) are in neither kda_layers nor full_attn_layers")
+            require(
+                not unplaced,
+                "linear_attn_config",
+                f"layers {unplaced} (1-based) are in neither kda_layers nor full_attn_layers",
+            )
     for field, kinds in (("layer_types", LAYER_TYPES), ("mlp_layer_types", MLP_TYPES)):
         if raw.get(field) is not None:
             _check_layer_kinds(field, raw[field], kinds, n)
@@ -133,9 +154,15 @@ def _check_layer_kinds(field: str, values, kinds: tuple[str, ...], n: int) -> No
 
 def router_config(cfg) -> SimpleNamespace:
     """The DeepSeek router's field names (models/moe.py) for kimi_linear's values."""
-    return SimpleNamespace(n_routed_experts=cfg.num_local_experts, num_experts_per_tok=cfg.num_experts_per_tok,
-                           n_group=cfg.n_group, topk_group=cfg.topk_group, norm_topk_prob=cfg.norm_topk_prob,
-                           routed_scaling_factor=cfg.routed_scaling_factor, hidden_size=cfg.hidden_size)
+    return SimpleNamespace(
+        n_routed_experts=cfg.num_local_experts,
+        num_experts_per_tok=cfg.num_experts_per_tok,
+        n_group=cfg.n_group,
+        topk_group=cfg.topk_group,
+        norm_topk_prob=cfg.norm_topk_prob,
+        routed_scaling_factor=cfg.routed_scaling_factor,
+        hidden_size=cfg.hidden_size,
+    )
 
 
 EXPERT_NAMES = ("w1", "w3", "w2")  # Moonshot's (gate, up, down)
@@ -186,8 +213,14 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.is_kda = cfg.layer_types[i] == "linear_attention"
         if self.is_kda:
-            self.self_attn = KdaAttention(cfg.hidden_size, cfg.linear_num_heads, cfg.linear_head_dim,
-                                          cfg.linear_conv_kernel_dim, cfg.rms_norm_eps, chunk=KDA_CHUNK)
+            self.self_attn = KdaAttention(
+                cfg.hidden_size,
+                cfg.linear_num_heads,
+                cfg.linear_head_dim,
+                cfg.linear_conv_kernel_dim,
+                cfg.rms_norm_eps,
+                chunk=KDA_CHUNK,
+            )
         else:
             self.self_attn = NopeMLA(cfg)
         # the MoE is `block_sparse_moe`; the dense MLP's name depends on the checkpoint's writer
@@ -228,11 +261,14 @@ class KimiLinear(CausalLM):
         for i, layer in enumerate(self.model.layers):
             if layer.is_kda:
                 conv, rec = layer.self_attn.state_shapes()
-                specs += [StateSpec(f"conv_tail.{i}", "conv_tail", i, conv),
-                          StateSpec(f"kda_state.{i}", "kda_state", i, rec)]
+                specs += [
+                    StateSpec(f"conv_tail.{i}", "conv_tail", i, conv),
+                    StateSpec(f"kda_state.{i}", "kda_state", i, rec),
+                ]
             else:
-                specs.append(StateSpec(f"kv_cache.{i}", "mla_latent", i,
-                                       (self.max_seq_len, c.kv_lora_rank + c.qk_rope_head_dim)))
+                specs.append(
+                    StateSpec(f"kv_cache.{i}", "mla_latent", i, (self.max_seq_len, c.kv_lora_rank + c.qk_rope_head_dim))
+                )
         return specs
 
     def step(self, ids: Tensor, start: Tensor, *state: Tensor) -> tuple[Tensor, ...]:

@@ -31,8 +31,9 @@ from day0.models.layers import linear
 
 
 class KPoolIndexer(nn.Module):
-    def __init__(self, hidden: int, q_lora_rank: int, heads: int, head_dim: int, topk: int, kpool: int,
-                 select_tail: bool):
+    def __init__(
+        self, hidden: int, q_lora_rank: int, heads: int, head_dim: int, topk: int, kpool: int, select_tail: bool
+    ):
         super().__init__()
         self.heads, self.head_dim, self.topk, self.kpool = heads, head_dim, topk, kpool
         self.select_tail = select_tail
@@ -58,14 +59,17 @@ class KPoolIndexer(nn.Module):
 
     def token_rows(self, x: Tensor) -> Tensor:
         """[k | gate] rows [S, 2·d_I] for tokens x [S, hidden]."""
-        k = F.layer_norm(linear(x, self.wk), (self.head_dim,),
-                         self.k_norm.weight.float(), self.k_norm.bias.float(), self.k_norm.eps)
+        k = F.layer_norm(
+            linear(x, self.wk), (self.head_dim,), self.k_norm.weight.float(), self.k_norm.bias.float(), self.k_norm.eps
+        )
         return torch.cat([k, x @ self.index_kpool_compress_gate.float().T], -1)
 
     def pool_keys(self, token_cache: Tensor, pools: Tensor) -> Tensor:
         """K_p [P, d_I] for pool ids `pools` [P] from the token cache [T, 2·d_I] (rows past T are
         clamped: such a pool is never complete, never read)."""
-        rows = (pools[:, None] * self.kpool + torch.arange(self.kpool, dtype=torch.int64)).clamp(max=token_cache.shape[0] - 1)
+        rows = (pools[:, None] * self.kpool + torch.arange(self.kpool, dtype=torch.int64)).clamp(
+            max=token_cache.shape[0] - 1
+        )
         grouped = token_cache.index_select(0, rows.reshape(-1)).view(pools.shape[0], self.kpool, 2 * self.head_dim)
         keys, gate = grouped[..., : self.head_dim], grouped[..., self.head_dim :]
         probs = torch.softmax(gate + self.index_kpool_compress_ape.float(), dim=1)

@@ -25,8 +25,9 @@ def hc_parameters(module: nn.Module, prefix: str, streams: int, hidden: int) -> 
     setattr(module, f"{prefix}_scale", nn.Parameter(torch.empty(3)))
 
 
-def hc_weights(h: Tensor, fn: Tensor, base: Tensor, scale: Tensor, iters: int, eps: float,
-               norm_eps: float) -> tuple[Tensor, Tensor, Tensor]:
+def hc_weights(
+    h: Tensor, fn: Tensor, base: Tensor, scale: Tensor, iters: int, eps: float, norm_eps: float
+) -> tuple[Tensor, Tensor, Tensor]:
     """h [S, N, D] f32 -> (post [S, N], comb [S, N, N], collapsed block input [S, D])."""
     s, n, _ = h.shape
     flat = h.reshape(s, -1)

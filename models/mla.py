@@ -32,12 +32,22 @@ class SparseMLA(nn.Module):
         self.kv_a_layernorm = RMSNorm(self.rank, 1e-6)
         self.kv_b_proj = nn.Linear(self.rank, self.heads * (self.nope + self.v), bias=False)
         self.o_proj = nn.Linear(self.heads * self.v, hidden, bias=bias)
-        self.indexer = Indexer(hidden, cfg.q_lora_rank, cfg.index_n_heads, cfg.index_head_dim,
-                               cfg.qk_rope_head_dim, cfg.index_topk)
+        self.indexer = Indexer(
+            hidden, cfg.q_lora_rank, cfg.index_n_heads, cfg.index_head_dim, cfg.qk_rope_head_dim, cfg.index_topk
+        )
         self.scale = attention_scale(cfg)
 
-    def forward(self, x: Tensor, positions: Tensor, cos: Tensor, sin: Tensor, visible: Tensor,
-                kv_cache: Tensor, index_cache: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:
+    def forward(
+        self,
+        x: Tensor,
+        positions: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        visible: Tensor,
+        kv_cache: Tensor,
+        index_cache: Tensor,
+        k: int,
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """x [S, hidden] at `positions` [S]; caches [T, rank+rope], [T, d_I]; visible [S, L]: the
         first L ≤ T cache rows are the key range; k: the indexer's static selection width.
 
@@ -63,8 +73,7 @@ class SparseMLA(nn.Module):
         query = torch.cat([q_latent, q_rope], -1)  # [S, H, rank + rope]
         # a bf16 cache takes a bf16 query (the tensor-core kernels' form; math in f32 inside);
         # the result is f32 whatever the cache dtype
-        o_latent = torch.ops.day0.dsa_attention(query.to(kv_cache.dtype), kv_cache, selected, self.scale,
-                                                self.rank)
+        o_latent = torch.ops.day0.dsa_attention(query.to(kv_cache.dtype), kv_cache, selected, self.scale, self.rank)
         o = apply_uv(o_latent, w_kv[:, self.nope :])
         return linear(o.reshape(s, self.heads * self.v), self.o_proj), kv_cache, index_cache
 

@@ -54,8 +54,9 @@ class Experts(nn.ModuleList):
 
     def stacked(self) -> tuple[Tensor, Tensor, Tensor]:
         """gate, up [E, I, H] and down [E, H, I] as float32 stacks."""
-        return tuple(torch.stack([getattr(e, n).weight for e in self]).float()
-                     for n in ("gate_proj", "up_proj", "down_proj"))
+        return tuple(
+            torch.stack([getattr(e, n).weight for e in self]).float() for n in ("gate_proj", "up_proj", "down_proj")
+        )
 
 
 class Mxfp4Linear(nn.Module):
@@ -93,10 +94,11 @@ class Mxfp4Experts(nn.ModuleList):
     def stacked(self) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
         """(gate‖up packed [E, 2I, H/2], scales [E, 2I, H/32]), (down packed [E, H, I/2], scales)."""
         g, u, d = self.names
-        gate_up = tuple(torch.stack([torch.cat([getattr(getattr(e, g), n), getattr(getattr(e, u), n)])
-                                     for e in self]) for n in ("weight_packed", "weight_scale"))
-        down = tuple(torch.stack([getattr(getattr(e, d), n) for e in self])
-                     for n in ("weight_packed", "weight_scale"))
+        gate_up = tuple(
+            torch.stack([torch.cat([getattr(getattr(e, g), n), getattr(getattr(e, u), n)]) for e in self])
+            for n in ("weight_packed", "weight_scale")
+        )
+        down = tuple(torch.stack([getattr(getattr(e, d), n) for e in self]) for n in ("weight_packed", "weight_scale"))
         return gate_up, down
 
 
@@ -113,9 +115,9 @@ class MoE(nn.Module):
         mxfp4 = getattr(cfg, "day0_expert_format", None) == "mxfp4"
         expert = Mxfp4Expert if mxfp4 else MLP
         self.experts = (Mxfp4Experts if mxfp4 else Experts)(
-            expert(cfg.hidden_size, cfg.moe_intermediate_size) for _ in range(cfg.n_routed_experts))
-        self.shared_experts = MLP(cfg.hidden_size, cfg.moe_intermediate_size * cfg.n_shared_experts,
-                                  swiglu_limit)
+            expert(cfg.hidden_size, cfg.moe_intermediate_size) for _ in range(cfg.n_routed_experts)
+        )
+        self.shared_experts = MLP(cfg.hidden_size, cfg.moe_intermediate_size * cfg.n_shared_experts, swiglu_limit)
 
     def forward(self, x: Tensor) -> Tensor:
         """x [S, hidden]. One token gathers only its k experts' weights; several tokens run every
@@ -132,8 +134,7 @@ class MoE(nn.Module):
             routed = (weights[0, :, None] * y).sum(0, keepdim=True)
         else:
             mix = one_hot_sum(chosen, gate.shape[0], weights)  # [S, E]
-            h = swiglu(torch.einsum("sh,eih->sei", x, gate), torch.einsum("sh,eih->sei", x, up),
-                       self.limit)
+            h = swiglu(torch.einsum("sh,eih->sei", x, gate), torch.einsum("sh,eih->sei", x, up), self.limit)
             routed = torch.einsum("sei,ehi,se->sh", h, down, mix)
         return routed + self.shared_experts(x)
 
@@ -141,8 +142,14 @@ class MoE(nn.Module):
         return mxfp4_routed(x, weights, chosen, *self.experts.stacked(), limit=self.limit)
 
 
-def mxfp4_routed(x: Tensor, weights: Tensor, chosen: Tensor, gate_up: tuple[Tensor, Tensor],
-                 down: tuple[Tensor, Tensor], limit: float | None = None) -> Tensor:
+def mxfp4_routed(
+    x: Tensor,
+    weights: Tensor,
+    chosen: Tensor,
+    gate_up: tuple[Tensor, Tensor],
+    down: tuple[Tensor, Tensor],
+    limit: float | None = None,
+) -> Tensor:
     """Σ_j w[t,j] · down_j(silu(gate_j x_t) · up_j x_t) with every expert matmul an MXFP4
     `day0::mxfp4_moe` over the chosen experts only (gate and up in one op).
 

@@ -17,6 +17,7 @@ E2M1), clamped to E8M0's [−127, 127]; elements v / 2^X rounded to E2M1 with ro
 and saturation to ±6 (ml_dtypes.float4_e2m1fn does exactly that). Never IREE's truncf to
 f4E2M1FN: IREE 3.13 rounds |x| in [0.75, 1) to zero.
 """
+
 from __future__ import annotations
 
 import ml_dtypes
@@ -44,14 +45,17 @@ class Mxfp4Error(ValueError):
 
 # --- the format ------------------------------------------------------------------------------
 
+
 def quantize(w: np.ndarray, name: str = "weight") -> tuple[np.ndarray, np.ndarray]:
     """w float32 / float16 / bfloat16 (ml_dtypes) [..., K] -> (packed u8 [..., K/2],
     scales u8 [..., K/32]), blocks of 32 along the last axis. K must be a multiple of 32 and every
     value finite (E2M1 has no NaN/inf); `name` is the tensor the error messages name."""
     w = np.asarray(w)
     if w.ndim == 0 or w.shape[-1] % BLOCK:
-        raise Mxfp4Error(f"tensor {name}: shape {w.shape}: the quantized axis (last, K) must be a "
-                         f"multiple of {BLOCK} for MXFP4, got K = {w.shape[-1] if w.ndim else None}")
+        raise Mxfp4Error(
+            f"tensor {name}: shape {w.shape}: the quantized axis (last, K) must be a "
+            f"multiple of {BLOCK} for MXFP4, got K = {w.shape[-1] if w.ndim else None}"
+        )
     if not (np.issubdtype(w.dtype, np.floating) or w.dtype == ml_dtypes.bfloat16):
         raise Mxfp4Error(f"tensor {name}: dtype {w.dtype} is not a float type; cannot quantize")
     v = w.astype(np.float32).reshape(*w.shape[:-1], w.shape[-1] // BLOCK, BLOCK)  # exact upcast
@@ -85,12 +89,13 @@ def check_scales(name: str, scales: np.ndarray) -> None:
     """Raise Mxfp4Error naming tensor `name` and the first position of a 0xFF (NaN) scale byte."""
     bad = np.argwhere(np.asarray(scales) == SCALE_NAN)
     if len(bad):
-        raise Mxfp4Error(f"tensor {name}: scale byte 0xFF (NaN in the OCP MX spec) at index "
-                         f"{tuple(int(i) for i in bad[0])} ({len(bad)} such scales)")
+        raise Mxfp4Error(
+            f"tensor {name}: scale byte 0xFF (NaN in the OCP MX spec) at index "
+            f"{tuple(int(i) for i in bad[0])} ({len(bad)} such scales)"
+        )
 
 
-def check_pair(name_packed: str, packed_shape, name_scales: str, scales_shape,
-               K_expected: int | None = None) -> int:
+def check_pair(name_packed: str, packed_shape, name_scales: str, scales_shape, K_expected: int | None = None) -> int:
     """Check that packed codes and their scales agree and return K (elements per row).
 
     packed_shape is either packed [..., N, K/2] (compressed-tensors) or gpt-oss blocks
@@ -98,8 +103,7 @@ def check_pair(name_packed: str, packed_shape, name_scales: str, scales_shape,
     p, s = tuple(packed_shape), tuple(scales_shape)
 
     def fail(why: str):
-        raise Mxfp4Error(f"MXFP4 tensors {name_packed} (shape {p}) and {name_scales} (shape {s}) "
-                         f"disagree: {why}")
+        raise Mxfp4Error(f"MXFP4 tensors {name_packed} (shape {p}) and {name_scales} (shape {s}) disagree: {why}")
 
     if not s:
         fail("scales must have at least one dimension")
@@ -111,8 +115,10 @@ def check_pair(name_packed: str, packed_shape, name_scales: str, scales_shape,
         if p[:-1] != s[:-1]:
             fail(f"leading dimensions {p[:-1]} vs {s[:-1]}")
         if p[-1] * 2 != s[-1] * BLOCK:
-            fail(f"packed rows of {p[-1]} bytes hold K = {2 * p[-1]} elements, which need "
-                 f"K/32 = {2 * p[-1] / BLOCK:g} scales per row; found {s[-1]}")
+            fail(
+                f"packed rows of {p[-1]} bytes hold K = {2 * p[-1]} elements, which need "
+                f"K/32 = {2 * p[-1] / BLOCK:g} scales per row; found {s[-1]}"
+            )
         k = s[-1] * BLOCK
     else:
         fail("expected packed [..., N, K/2] or blocks [..., N, K/32, 16] with scales [..., N, K/32]")
@@ -123,6 +129,7 @@ def check_pair(name_packed: str, packed_shape, name_scales: str, scales_shape,
 
 # --- layouts ---------------------------------------------------------------------------------
 
+
 def gpt_oss_blocks_to_packed(blocks: np.ndarray) -> np.ndarray:
     """gpt-oss blocks u8 [..., N, K/32, 16] -> packed u8 [..., N, K/2] (a reshape)."""
     return blocks.reshape(*blocks.shape[:-2], blocks.shape[-2] * blocks.shape[-1])
@@ -130,8 +137,7 @@ def gpt_oss_blocks_to_packed(blocks: np.ndarray) -> np.ndarray:
 
 def packed_to_gpt_oss_blocks(packed: np.ndarray) -> np.ndarray:
     """packed u8 [..., N, K/2] -> gpt-oss blocks u8 [..., N, K/32, 16] (a reshape)."""
-    return packed.reshape(*packed.shape[:-1], packed.shape[-1] // GPT_OSS_BLOCK_BYTES,
-                          GPT_OSS_BLOCK_BYTES)
+    return packed.reshape(*packed.shape[:-1], packed.shape[-1] // GPT_OSS_BLOCK_BYTES, GPT_OSS_BLOCK_BYTES)
 
 
 def gpt_oss_names(proj: str) -> tuple[str, str]:
@@ -146,12 +152,17 @@ def compressed_tensors_names(module: str) -> tuple[str, str]:
 
 # --- config.json `quantization_config` -------------------------------------------------------
 
+
 def gpt_oss_quantization_config() -> dict:
     """What openai/gpt-oss-{20,120}b carry (and transformers' Mxfp4Config serializes): only the
     experts are MXFP4; attention, router, embeddings and lm_head stay in bf16."""
     return {
-        "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
-                                   "model.embed_tokens", "lm_head"],
+        "modules_to_not_convert": [
+            "model.layers.*.self_attn",
+            "model.layers.*.mlp.router",
+            "model.embed_tokens",
+            "lm_head",
+        ],
         "quant_method": "mxfp4",
     }
 
@@ -161,14 +172,29 @@ def compressed_tensors_quantization_config(ignore: list[str] = ()) -> dict:
     preset, as Kimi K3 ships it): every Linear is quantized except the modules in `ignore`
     (names, or "re:<regex>" patterns)."""
     weights = {
-        "actorder": None, "block_structure": None, "dynamic": False, "group_size": BLOCK,
-        "num_bits": 4, "observer": "minmax", "observer_kwargs": {}, "scale_dtype": "torch.uint8",
-        "strategy": "group", "symmetric": True, "type": "float", "zp_dtype": None,
+        "actorder": None,
+        "block_structure": None,
+        "dynamic": False,
+        "group_size": BLOCK,
+        "num_bits": 4,
+        "observer": "minmax",
+        "observer_kwargs": {},
+        "scale_dtype": "torch.uint8",
+        "strategy": "group",
+        "symmetric": True,
+        "type": "float",
+        "zp_dtype": None,
     }
     return {
-        "config_groups": {"group_0": {"format": CT_FORMAT, "input_activations": None,
-                                      "output_activations": None, "targets": ["Linear"],
-                                      "weights": weights}},
+        "config_groups": {
+            "group_0": {
+                "format": CT_FORMAT,
+                "input_activations": None,
+                "output_activations": None,
+                "targets": ["Linear"],
+                "weights": weights,
+            }
+        },
         "format": CT_FORMAT,
         "global_compression_ratio": None,
         "ignore": list(ignore),
@@ -195,14 +221,16 @@ def compressed_tensors_expert_format(config: dict, model_type: str) -> str:
     from day0.models.config import require
 
     method = quant_method_of(config)
-    require(method in (None, "compressed-tensors-mxfp4"), "quantization_config",
-            f"'{method}' experts are not supported for {model_type} "
-            f"(supported: compressed-tensors mxfp4-pack-quantized)")
+    require(
+        method in (None, "compressed-tensors-mxfp4"),
+        "quantization_config",
+        f"'{method}' experts are not supported for {model_type} (supported: compressed-tensors mxfp4-pack-quantized)",
+    )
     return "dense" if method is None else "mxfp4"
 
 
 def quant_method_of(config: dict) -> str | None:
-    """"mxfp4" (gpt-oss layout), "compressed-tensors-mxfp4", or None (not quantized) for a
+    """ "mxfp4" (gpt-oss layout), "compressed-tensors-mxfp4", or None (not quantized) for a
     config.json dict. Any other quant_method, or a compressed-tensors format / weight scheme
     other than MXFP4, raises Mxfp4Error naming the config.json field."""
     field, qc = quantization_config_of(config)
@@ -218,8 +246,10 @@ def quant_method_of(config: dict) -> str | None:
     if method == "mxfp4":
         return "mxfp4"
     if method != "compressed-tensors":
-        fail("quant_method", f"unsupported quant_method {method!r} (supported: 'mxfp4', "
-                             f"'compressed-tensors' with format '{CT_FORMAT}')")
+        fail(
+            "quant_method",
+            f"unsupported quant_method {method!r} (supported: 'mxfp4', 'compressed-tensors' with format '{CT_FORMAT}')",
+        )
     fmt = qc.get("format")
     groups = qc.get("config_groups") or {}
     if not isinstance(groups, dict):
@@ -231,13 +261,14 @@ def quant_method_of(config: dict) -> str | None:
             continue  # a preset reference (targets list): its format is the top-level one
         gfmt = group.get("format") or fmt
         if gfmt != CT_FORMAT:
-            fail(f"config_groups.{gname}.format", f"unsupported compressed-tensors format "
-                                                  f"{gfmt!r} (supported: '{CT_FORMAT}')")
+            fail(
+                f"config_groups.{gname}.format",
+                f"unsupported compressed-tensors format {gfmt!r} (supported: '{CT_FORMAT}')",
+            )
         wts = group.get("weights") or {}
         for key, want in (("num_bits", 4), ("type", "float"), ("group_size", BLOCK)):
             if key in wts and wts[key] != want:
-                fail(f"config_groups.{gname}.weights.{key}", f"{wts[key]!r} is not MXFP4 "
-                                                             f"(expected {want!r})")
+                fail(f"config_groups.{gname}.weights.{key}", f"{wts[key]!r} is not MXFP4 (expected {want!r})")
     return "compressed-tensors-mxfp4"
 
 

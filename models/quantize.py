@@ -20,6 +20,7 @@ Both read the source through `Checkpoint` (headers first: every shape is checked
 is written), hold one shard at a time in memory, and write atomically: a temporary sibling of
 `dst` renamed into place, so a failure leaves nothing at `dst`.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,29 +28,46 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
 
 from day0.models.checkpoint import INDEX_NAME, Checkpoint
 from day0.models.mxfp4 import (
-    BLOCK, Mxfp4Error, check_pair, compressed_tensors_names, compressed_tensors_quantization_config,
-    dequantize, gpt_oss_blocks_to_packed, gpt_oss_names, gpt_oss_quantization_config,
-    packed_to_gpt_oss_blocks, quant_method_of, quantization_config_of, quantize,
+    BLOCK,
+    Mxfp4Error,
+    check_pair,
+    compressed_tensors_names,
+    compressed_tensors_quantization_config,
+    dequantize,
+    gpt_oss_blocks_to_packed,
+    gpt_oss_names,
+    gpt_oss_quantization_config,
+    packed_to_gpt_oss_blocks,
+    quant_method_of,
+    quantization_config_of,
+    quantize,
 )
 from day0.runtime.files import make_readable
 
 LAYOUTS = ("gpt-oss", "compressed-tensors")
 # Files besides config.json and the shards that travel with a checkpoint.
-SIDECARS = ("generation_config.json", "tokenizer.json", "tokenizer_config.json",
-            "special_tokens_map.json", "chat_template.jinja")
+SIDECARS = (
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+)
 FLOAT_DTYPES = {"F32", "BF16", "F16"}
 
 # transformers' names (`mlp.experts.<e>.gate_proj`) and Moonshot's (`block_sparse_moe.experts.<e>.w1`)
-PER_EXPERT = re.compile(r"(?P<module>.*\.(?:mlp\.experts\.\d+\.(?:gate|up|down)_proj"
-                        r"|block_sparse_moe\.experts\.\d+\.w[123]))\.weight")
+PER_EXPERT = re.compile(
+    r"(?P<module>.*\.(?:mlp\.experts\.\d+\.(?:gate|up|down)_proj"
+    r"|block_sparse_moe\.experts\.\d+\.w[123]))\.weight"
+)
 GPT_OSS_EXPERT = re.compile(r".*\.mlp\.experts\.(?:gate_up|down)_proj")
 CT_PACKED = re.compile(r"(?P<module>.*)\.weight_packed")
 GPT_OSS_BLOCKS = re.compile(r"(?P<proj>.*)_blocks")
@@ -60,6 +78,7 @@ Plan = dict[str, Callable[["_Reader"], torch.Tensor]]
 
 # --- quantize --------------------------------------------------------------------------------
 
+
 def quantize_checkpoint(src: str | Path, dst: str | Path, layout: str | None = None) -> Path:
     """Write `dst`: checkpoint `src` with its routed experts in MXFP4 (`layout` "gpt-oss" or
     "compressed-tensors"; None picks gpt-oss for gpt_oss checkpoints, compressed-tensors
@@ -69,8 +88,9 @@ def quantize_checkpoint(src: str | Path, dst: str | Path, layout: str | None = N
     ckpt = Checkpoint.open(src)
     model_type = ckpt.config.get("model_type")
     if quant_method_of(ckpt.config) is not None:
-        raise Mxfp4Error(f"checkpoint {ckpt.dir} is already quantized "
-                         f"({quantization_config_of(ckpt.config)[0]} is set)")
+        raise Mxfp4Error(
+            f"checkpoint {ckpt.dir} is already quantized ({quantization_config_of(ckpt.config)[0]} is set)"
+        )
     if layout is None:
         layout = "gpt-oss" if model_type == "gpt_oss" else "compressed-tensors"
     if layout not in LAYOUTS:
@@ -80,32 +100,39 @@ def quantize_checkpoint(src: str | Path, dst: str | Path, layout: str | None = N
     fused = {n: i for n, i in ckpt.tensors.items() if GPT_OSS_EXPERT.fullmatch(n)}
     if layout == "gpt-oss":
         if model_type != "gpt_oss" or not fused:
-            raise Mxfp4Error(f"--layout gpt-oss is for gpt_oss checkpoints (fused "
-                             f"'...mlp.experts.gate_up_proj' / 'down_proj'); {ckpt.dir} has "
-                             f"model_type {model_type!r}: use --layout compressed-tensors")
+            raise Mxfp4Error(
+                f"--layout gpt-oss is for gpt_oss checkpoints (fused "
+                f"'...mlp.experts.gate_up_proj' / 'down_proj'); {ckpt.dir} has "
+                f"model_type {model_type!r}: use --layout compressed-tensors"
+            )
         experts = fused
     else:
         if not per_expert:
             hint = ": it is a gpt_oss checkpoint, use --layout gpt-oss" if fused else ""
-            raise Mxfp4Error(f"--layout compressed-tensors needs per-expert weights "
-                             f"'...mlp.experts.<e>.{{gate,up,down}}_proj.weight' or "
-                             f"'...block_sparse_moe.experts.<e>.{{w1,w2,w3}}.weight', none found in "
-                             f"{ckpt.dir}{hint}")
+            raise Mxfp4Error(
+                f"--layout compressed-tensors needs per-expert weights "
+                f"'...mlp.experts.<e>.{{gate,up,down}}_proj.weight' or "
+                f"'...block_sparse_moe.experts.<e>.{{w1,w2,w3}}.weight', none found in "
+                f"{ckpt.dir}{hint}"
+            )
         experts = per_expert
 
     in_axis = 1  # gpt_oss [E, in, out], per expert [out, in]
     for name, info in experts.items():  # every check before anything is written
         if info.dtype not in FLOAT_DTYPES:
-            raise Mxfp4Error(f"tensor {name} in {info.file}: dtype {info.dtype} cannot be "
-                             f"quantized (expected one of {sorted(FLOAT_DTYPES)})")
+            raise Mxfp4Error(
+                f"tensor {name} in {info.file}: dtype {info.dtype} cannot be "
+                f"quantized (expected one of {sorted(FLOAT_DTYPES)})"
+            )
         want_rank = 3 if layout == "gpt-oss" else 2
         if len(info.shape) != want_rank:
-            raise Mxfp4Error(f"tensor {name} in {info.file}: shape {info.shape}, expected rank "
-                             f"{want_rank}")
+            raise Mxfp4Error(f"tensor {name} in {info.file}: shape {info.shape}, expected rank {want_rank}")
         if info.shape[in_axis] % BLOCK:
-            raise Mxfp4Error(f"tensor {name} in {info.file}: shape {info.shape}: its input "
-                             f"dimension {info.shape[in_axis]} is not a multiple of {BLOCK}, so "
-                             f"it cannot be quantized to MXFP4")
+            raise Mxfp4Error(
+                f"tensor {name} in {info.file}: shape {info.shape}: its input "
+                f"dimension {info.shape[in_axis]} is not a multiple of {BLOCK}, so "
+                f"it cannot be quantized to MXFP4"
+            )
 
     plans: dict[Path, Plan] = {}
     for name, info in ckpt.tensors.items():
@@ -124,9 +151,11 @@ def quantize_checkpoint(src: str | Path, dst: str | Path, layout: str | None = N
     else:
         # compressed-tensors quantizes every Linear not ignored: list the others by module name
         # (2-D weights that are not routed experts and not embeddings), as compressed-tensors does.
-        ignore = sorted(n.removesuffix(".weight") for n, i in ckpt.tensors.items()
-                        if n.endswith(".weight") and n not in experts and len(i.shape) == 2
-                        and "embed_tokens" not in n)
+        ignore = sorted(
+            n.removesuffix(".weight")
+            for n, i in ckpt.tensors.items()
+            if n.endswith(".weight") and n not in experts and len(i.shape) == 2 and "embed_tokens" not in n
+        )
         qconfig = compressed_tensors_quantization_config(ignore)
     config = dict(ckpt.config, quantization_config=qconfig)
     return _write(ckpt, Path(dst), plans, config)
@@ -152,6 +181,7 @@ def _shared(compute):
             if i == 1:  # the scales come second in the plan: the pair is done
                 cache.clear()
             return torch.from_numpy(value)
+
         return get
 
     return part(0), part(1)
@@ -164,6 +194,7 @@ def _ct_quantized(name: str):
 
 def _gpt_oss_quantized(name: str):
     """[E, in, out] -> (blocks [E, out, in/32, 16], scales [E, out, in/32])."""
+
     def compute(r):
         w = np.ascontiguousarray(_float32(r, name).transpose(0, 2, 1))  # [E, out, in]
         packed, scales = quantize(w, name)
@@ -174,6 +205,7 @@ def _gpt_oss_quantized(name: str):
 
 # --- dequantize ------------------------------------------------------------------------------
 
+
 def dequantize_checkpoint(src: str | Path, dst: str | Path) -> Path:
     """Write `dst`: MXFP4 checkpoint `src` (gpt-oss or compressed-tensors layout) with its
     experts dequantized to float32 in the unquantized transformers layout (gpt-oss: `<proj>`
@@ -183,9 +215,11 @@ def dequantize_checkpoint(src: str | Path, dst: str | Path) -> Path:
     method = quant_method_of(ckpt.config)
     if method is None:
         raise Mxfp4Error(f"checkpoint {ckpt.dir} has no quantization_config: nothing to dequantize")
-    pattern, partner = ((GPT_OSS_BLOCKS, lambda m: gpt_oss_names(m["proj"]))
-                        if method == "mxfp4" else
-                        (CT_PACKED, lambda m: compressed_tensors_names(m["module"])))
+    pattern, partner = (
+        (GPT_OSS_BLOCKS, lambda m: gpt_oss_names(m["proj"]))
+        if method == "mxfp4"
+        else (CT_PACKED, lambda m: compressed_tensors_names(m["module"]))
+    )
 
     pairs = {}  # packed name -> (scales name, output name)
     for name in ckpt.tensors:
@@ -194,19 +228,20 @@ def dequantize_checkpoint(src: str | Path, dst: str | Path) -> Path:
             continue
         packed, scales = partner(m)
         if scales not in ckpt.tensors:
-            raise Mxfp4Error(f"MXFP4 tensor {packed} in {ckpt.tensors[packed].file} has no "
-                             f"scales {scales} in checkpoint {ckpt.dir}")
+            raise Mxfp4Error(
+                f"MXFP4 tensor {packed} in {ckpt.tensors[packed].file} has no scales {scales} in checkpoint {ckpt.dir}"
+            )
         p, s = ckpt.tensors[packed], ckpt.tensors[scales]
         if p.dtype != "U8" or s.dtype != "U8":
-            raise Mxfp4Error(f"MXFP4 tensors {packed} ({p.dtype}) and {scales} ({s.dtype}) must "
-                             f"both be U8")
+            raise Mxfp4Error(f"MXFP4 tensors {packed} ({p.dtype}) and {scales} ({s.dtype}) must both be U8")
         k = check_pair(packed, p.shape, scales, s.shape)
         out = m["proj"] if method == "mxfp4" else f"{m['module']}.weight"
         shape_name = f"{m['module']}.weight_shape" if method != "mxfp4" else None
         pairs[packed] = (scales, out, shape_name, k)
     if not pairs:
-        raise Mxfp4Error(f"checkpoint {ckpt.dir} declares {method} quantization but holds no "
-                         f"MXFP4 tensor ({pattern.pattern})")
+        raise Mxfp4Error(
+            f"checkpoint {ckpt.dir} declares {method} quantization but holds no MXFP4 tensor ({pattern.pattern})"
+        )
     partners = {s for s, *_ in pairs.values()} | {n for _, _, n, _ in pairs.values() if n}
 
     plans: dict[Path, Plan] = {}
@@ -223,8 +258,7 @@ def dequantize_checkpoint(src: str | Path, dst: str | Path) -> Path:
     if field == "quantization_config":
         config.pop("quantization_config")
     else:
-        config["text_config"] = {k: v for k, v in config["text_config"].items()
-                                 if k != "quantization_config"}
+        config["text_config"] = {k: v for k, v in config["text_config"].items() if k != "quantization_config"}
     return _write(ckpt, Path(dst), plans, config)
 
 
@@ -241,6 +275,7 @@ def _dequantized(packed: str, scales: str, gpt_oss: bool):
 
 
 # --- writing ---------------------------------------------------------------------------------
+
 
 class _Reader:
     """Reads tensors by name from the checkpoint's shards, keeping the files it opened open."""
@@ -266,8 +301,7 @@ def _write(ckpt: Checkpoint, dst: Path, plans: dict[Path, Plan], config: dict) -
     if dst.resolve() == ckpt.dir.resolve():
         raise Mxfp4Error(f"output directory {dst} is the source checkpoint; choose another -o")
     if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
-        raise Mxfp4Error(f"output {dst} already exists and is not an empty directory; remove it "
-                         f"or choose another -o")
+        raise Mxfp4Error(f"output {dst} already exists and is not an empty directory; remove it or choose another -o")
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.tmp-", dir=dst.parent))
     try:
@@ -299,6 +333,3 @@ def _write(ckpt: Checkpoint, dst: Path, plans: dict[Path, Plan], config: dict) -
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return dst
-
-
-

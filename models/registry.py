@@ -5,18 +5,22 @@ model class (a models.base.CausalLM) with `empty(cfg, max_seq_len, dtypes, cache
 from day0.models import deepseek_v32, glm5_next, gpt_oss, kimi_linear
 from day0.models.config import ConfigError
 
-ARCHITECTURES = {deepseek_v32.MODEL_TYPE: (deepseek_v32, deepseek_v32.DeepseekV32),
-                 glm5_next.MODEL_TYPE: (glm5_next, glm5_next.Glm5Next),
-                 gpt_oss.MODEL_TYPE: (gpt_oss, gpt_oss.GptOss),
-                 kimi_linear.MODEL_TYPE: (kimi_linear, kimi_linear.KimiLinear)}
+ARCHITECTURES = {
+    deepseek_v32.MODEL_TYPE: (deepseek_v32, deepseek_v32.DeepseekV32),
+    glm5_next.MODEL_TYPE: (glm5_next, glm5_next.Glm5Next),
+    gpt_oss.MODEL_TYPE: (gpt_oss, gpt_oss.GptOss),
+    kimi_linear.MODEL_TYPE: (kimi_linear, kimi_linear.KimiLinear),
+}
 
 
 def architecture(raw_config: dict):
     """(parsed config, model class) for a config.json dict, or a ConfigError naming model_type."""
     model_type = raw_config.get("model_type")
     if model_type not in ARCHITECTURES:
-        raise ConfigError(f"config.json: field 'model_type': '{model_type}' is not supported "
-                          f"(supported: {', '.join(sorted(ARCHITECTURES))})")
+        raise ConfigError(
+            f"config.json: field 'model_type': '{model_type}' is not supported "
+            f"(supported: {', '.join(sorted(ARCHITECTURES))})"
+        )
     module, model_cls = ARCHITECTURES[model_type]
     return module.parse_config(raw_config), model_cls
 

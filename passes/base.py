@@ -22,7 +22,6 @@ from typing import Any, ClassVar, get_type_hints
 
 from day0.frontend.ir import Location, Module, Operation, StringAttr, ir
 
-
 # ---------------------------------------------------------------------------------------------
 # diagnostics
 
@@ -153,9 +152,7 @@ class ModulePass:
             try:
                 kwargs[key.replace("-", "_")] = _OPTION_PARSERS[typ](text)
             except ValueError:
-                raise PipelineError(
-                    f"pass '{cls.name}': option '{key}' expects {typ.__name__}, got '{text}'"
-                ) from None
+                raise PipelineError(f"pass '{cls.name}': option '{key}' expects {typ.__name__}, got '{text}'") from None
         try:
             return cls(**kwargs)
         except ValueError as e:  # __post_init__ range checks

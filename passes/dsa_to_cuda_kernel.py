@@ -61,8 +61,11 @@ def function_text(dt: str, H: int, D: int, T: int, K: int, V: int, scale: float,
     partial, combine = kg.dsa_entries(dt, rows)
     splits, groups = kg.dsa_splits(K, rows), kg.dsa_head_groups(H, rows)
     q_t, kv_t, idx_t = f"tensor<?x{H}x{D}x{dt}>", f"tensor<{T}x{D}x{dt}>", f"tensor<?x{K}xi64>"
-    ml_t, acc_t, out_t = (f"tensor<?x{splits}x{H}x2xf32>", f"tensor<?x{splits}x{H}x{V}xf32>",
-                          f"tensor<?x{H}x{V}xf32>")  # the result is f32 for either dtype
+    ml_t, acc_t, out_t = (
+        f"tensor<?x{splits}x{H}x2xf32>",
+        f"tensor<?x{splits}x{H}x{V}xf32>",
+        f"tensor<?x{H}x{V}xf32>",
+    )  # the result is f32 for either dtype
     vblocks = f"\n    %vblocks = arith.constant {kg.dsa_value_blocks(V)} : index" if mma else ""
     rows_const = f"\n    %rows = arith.constant {rows} : i32" if mma else ""
     rows_arg, rows_type = (", %rows", ", i32") if mma else ("", "")
@@ -100,12 +103,18 @@ class DsaToCudaKernel(ModulePass):
     tensor_cores: bool = True
 
     def apply(self, module_op: Operation, diag: DiagnosticEngine) -> None:
-        sites = collect_sites(module_op, lambda op: operator_name(op) == OP_NAME, match_dsa_attention, diag,
-                              _refuse)
+        sites = collect_sites(module_op, lambda op: operator_name(op) == OP_NAME, match_dsa_attention, diag, _refuse)
         if not sites or diag.diagnostics:
             return
-        call_kernels(module_op, sites, self._key, function_name, function_text, _rewrite,
-                     executable_source_text(kg.DSA_ATTENTION))
+        call_kernels(
+            module_op,
+            sites,
+            self._key,
+            function_name,
+            function_text,
+            _rewrite,
+            executable_source_text(kg.DSA_ATTENTION),
+        )
 
     def _key(self, site: DsaAttentionSite) -> tuple:
         rows = kg.dsa_mma_rows(site.dtype, site.S, site.D, site.V) if self.tensor_cores else None
@@ -114,9 +123,15 @@ class DsaToCudaKernel(ModulePass):
 
 def _refuse(site: DsaAttentionSite) -> str | None:
     """What the kernels cannot take (their dtypes and their shared-memory and register layout)."""
-    problem = (f"dtype {site.dtype} (the kernel takes f32 or bf16)" if site.dtype not in kg.DSA_DTYPES
-               else f"D={site.D} > {kg.DSA_MAX_D}" if site.D > kg.DSA_MAX_D
-               else f"V={site.V} > {kg.DSA_MAX_V}" if site.V > kg.DSA_MAX_V else None)
+    problem = (
+        f"dtype {site.dtype} (the kernel takes f32 or bf16)"
+        if site.dtype not in kg.DSA_DTYPES
+        else f"D={site.D} > {kg.DSA_MAX_D}"
+        if site.D > kg.DSA_MAX_D
+        else f"V={site.V} > {kg.DSA_MAX_V}"
+        if site.V > kg.DSA_MAX_V
+        else None
+    )
     return problem and f"dsa_attention: the CUDA kernel cannot take {problem}"
 
 

@@ -93,16 +93,18 @@ def _rewrite(site: DsaAttentionSite, tile: int, block: int = 0) -> Value:
     step = block or tile
     bounds = [(lo, min(lo + step, K)) for lo in range(0, K, step)]
     if block:  # the cache as aligned blocks [T/block, block, D]
-        blocks = b.op("torch.aten.view", [site.kv, b.ints([-1, block, D])],
-                      T(site.T // block, block, D, dtype=io))
+        blocks = b.op("torch.aten.view", [site.kv, b.ints([-1, block, D])], T(site.T // block, block, D, dtype=io))
     m = l = acc = None
     for lo, hi in bounds:
         tile = hi - lo
         # sel = idx[..., lo:hi]
         sel = idx
         if tile != K:
-            sel = b.op("torch.aten.slice.Tensor", [idx, slot_dim, b.int(lo), b.int(hi), one],
-                       T(*lead, tile, dtype=site.idx_dtype))
+            sel = b.op(
+                "torch.aten.slice.Tensor",
+                [idx, slot_dim, b.int(lo), b.int(hi), one],
+                T(*lead, tile, dtype=site.idx_dtype),
+            )
         valid = b.op("torch.aten.ge.Scalar", [sel, zero], T(*lead, tile, dtype="i1"))
         if not decode:  # [S, t] -> [S, 1, t], broadcast over heads
             valid = b.op("torch.aten.unsqueeze", [valid, one], T(S, 1, tile, dtype="i1"))
@@ -143,8 +145,7 @@ def _rewrite(site: DsaAttentionSite, tile: int, block: int = 0) -> Value:
         p = b.op("torch.aten.exp", [p], T(*lead, H, tile))
         p = b.op("torch.aten.where.ScalarOther", [valid, p, b.float(0.0)], T(*lead, H, tile))
         # Σp and p·v, v = rows[..., :V]
-        p_sum = b.op("torch.aten.sum.dim_IntList", [p, b.ints([-1]), b.bool(True), b.none()],
-                     T(*lead, H, 1))
+        p_sum = b.op("torch.aten.sum.dim_IntList", [p, b.ints([-1]), b.bool(True), b.none()], T(*lead, H, 1))
         v = rows
         if V != D:
             v = b.op("torch.aten.slice.Tensor", [rows, last, zero, b.int(V), one], T(*lead, tile, V))
@@ -192,8 +193,9 @@ class DsaToGatherTiles(ModulePass):
         return min(tile, site.K)
 
     def apply(self, module_op: Operation, diag: DiagnosticEngine) -> None:
-        for site in collect_sites(module_op, lambda op: operator_name(op) == OP_NAME, match_dsa_attention, diag,
-                                  self._refuse):
+        for site in collect_sites(
+            module_op, lambda op: operator_name(op) == OP_NAME, match_dsa_attention, diag, self._refuse
+        ):
             out = _rewrite(site, 0, self.block) if self.block else _rewrite(site, self.tile_for(site))
             replace_op(site.op, [out])
 

@@ -43,8 +43,10 @@ def _export(name: str, ordinal: int, read_only, constants: int, workload: int, t
 def executable_source_text(kernels: KernelSet) -> str:
     """`hal.executable.source @<kernels.executable>` exporting the set's entries in ordinal order,
     with its PTX embedded."""
-    exports = "".join(_export(name, i, read_only, constants, workload, kernels.threads)
-                      for i, (name, read_only, constants, workload) in enumerate(kernels.entries))
+    exports = "".join(
+        _export(name, i, read_only, constants, workload, kernels.threads)
+        for i, (name, read_only, constants, workload) in enumerate(kernels.entries)
+    )
     symbol, ptx = kernels.executable, kernel_ptx(kernels.ptx)
     data = f'dense<"0x{ptx.hex().upper()}"> : vector<{len(ptx)}xi8>'
     target = '#hal.executable.target<"cuda", "cuda-nvptx-fb">'
@@ -68,8 +70,9 @@ def tensor_text(dims, elem: str) -> str:
     return f"tensor<{'x'.join(['?' if d is None else str(d) for d in dims] + [elem])}>"
 
 
-def call_kernels(module_op: Operation, sites, key_of, function_name, function_text, rewrite,
-                 executable_text: str) -> None:
+def call_kernels(
+    module_op: Operation, sites, key_of, function_name, function_text, rewrite, executable_text: str
+) -> None:
     """Rewrite each site (`rewrite(site, fn)`, under the site op's location) into a call of the
     private function `function_name(*key_of(site))`, one function per distinct key, then append
     `executable_text` (the kernels' executable) and those functions to the module."""

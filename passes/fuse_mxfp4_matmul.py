@@ -120,7 +120,11 @@ class _Template:
 
     def result_type(self) -> str:
         s = self.s
-        return f"!torch.vtensor<[{fmt_dim(s.lead)},{s.k},{s.N}],f32>" if s.moe else f"!torch.vtensor<[{fmt_dim(s.lead)},{s.N}],f32>"
+        return (
+            f"!torch.vtensor<[{fmt_dim(s.lead)},{s.k},{s.N}],f32>"
+            if s.moe
+            else f"!torch.vtensor<[{fmt_dim(s.lead)},{s.N}],f32>"
+        )
 
     def inputs(self) -> str:
         """x to builtin (+ its dynamic row count), the weight's bytes and scales (gathered for moe)."""
@@ -132,13 +136,18 @@ class _Template:
   %c0 = arith.constant 0 : index
   %lead = tensor.dim %xb, %c0 : tensor<?x{K}xf32>"""
         if not s.moe:
-            return text + f"""
+            return (
+                text
+                + f"""
   %pb = torch_c.to_builtin_tensor %p : !torch.vtensor<[{N},{KB}],ui8> -> tensor<{N}x{KB}xi8>
   %sb = torch_c.to_builtin_tensor %s : !torch.vtensor<[{N},{G}],ui8> -> tensor<{N}x{G}xi8>"""
+            )
         E, k, ed = s.E, s.k, s.experts_dtype
         Tk = None if self.dyn else L * k
         # packed[experts], scales[experts]: one index_select of the flattened [T·k] choices each
-        return text + f"""
+        return (
+            text
+            + f"""
   %int-1 = torch.constant.int -1
   %int0 = torch.constant.int 0
   %flat = torch.prim.ListConstruct %int-1 : (!torch.int) -> !torch.list<int>
@@ -149,30 +158,38 @@ class _Template:
   %sf = torch_c.to_builtin_tensor %sg : !torch.vtensor<[{fmt_dim(Tk)},{N},{G}],ui8> -> tensor<{_shape(Tk, N, G)}xi8>
   %pb = tensor.expand_shape %pf [[0, 1], [2], [3]] output_shape [{self.lead}, {k}, {N}, {KB}] : tensor<{_shape(Tk, N, KB)}xi8> into tensor<{_shape(L, k, N, KB)}xi8>
   %sb = tensor.expand_shape %sf [[0, 1], [2], [3]] output_shape [{self.lead}, {k}, {N}, {G}] : tensor<{_shape(Tk, N, G)}xi8> into tensor<{_shape(L, k, N, G)}xi8>"""
+        )
 
     def barrier(self, out: str, value: str, ty: str) -> str:
         """`util.optimization_barrier`: IREE fuses nothing across it. Its result's dynamic
         row count is unknown to IREE's shape resolution: tie it to %lead again."""
         if "?" not in ty:
             return f"{out} = util.optimization_barrier {value} : {ty}"
-        return (f"{out}_b = util.optimization_barrier {value} : {ty}\n"
-                f"  {out} = flow.tensor.tie_shape {out}_b : {ty}{{%lead}}")
+        return (
+            f"{out}_b = util.optimization_barrier {value} : {ty}\n"
+            f"  {out} = flow.tensor.tie_shape {out}_b : {ty}{{%lead}}"
+        )
 
     def output(self) -> tuple[str, str]:
         """(the zero-filled accumulator %acc, its builtin type)."""
         s, L = self.s, self.L
         dims = (L, s.k, s.N) if s.moe else (L, s.N)
         ty = f"tensor<{_shape(*dims)}xf32>"
-        return f"""
+        return (
+            f"""
   %oe = tensor.empty({self.dyn_sizes}) : {ty}
   %zero = arith.constant 0.0 : f32
-  %acc = linalg.fill ins(%zero : f32) outs(%oe : {ty}) -> {ty}""", ty
+  %acc = linalg.fill ins(%zero : f32) outs(%oe : {ty}) -> {ty}""",
+            ty,
+        )
 
     def fused(self) -> str:
         s, L, K, KB, G, N = self.s, self.L, self.s.K, self.KB, self.G, self.s.N
         lead = self.lead
         # x: [L, K] -> [L, K/2, 2] -> 0.5 · [L, 2, K/2] (barrier) -> even / odd halves [L, G, 16]
-        text = self.inputs() + f"""
+        text = (
+            self.inputs()
+            + f"""
   %x3 = tensor.expand_shape %xb [[0], [1, 2]] output_shape [{lead}, {KB}, 2] : tensor<{_shape(L, K)}xf32> into tensor<{_shape(L, KB, 2)}xf32>
   %xte = tensor.empty({self.dyn_sizes}) : tensor<{_shape(L, 2, KB)}xf32>
   %xt = linalg.generic {{indexing_maps = {_maps(3, "d0, d2, d1", "d0, d1, d2")}, iterator_types = {_iters(3, 0)}}} ins(%x3 : tensor<{_shape(L, KB, 2)}xf32>) outs(%xte : tensor<{_shape(L, 2, KB)}xf32>) {{
@@ -186,6 +203,7 @@ class _Template:
   %xhi2 = tensor.extract_slice %xtb[0, 1, 0] [{lead}, 1, {KB}] [1, 1, 1] : tensor<{_shape(L, 2, KB)}xf32> to tensor<{_shape(L, KB)}xf32>
   %xlo = tensor.expand_shape %xlo2 [[0], [1, 2]] output_shape [{lead}, {G}, 16] : tensor<{_shape(L, KB)}xf32> into tensor<{_shape(L, G, 16)}xf32>
   %xhi = tensor.expand_shape %xhi2 [[0], [1, 2]] output_shape [{lead}, {G}, 16] : tensor<{_shape(L, KB)}xf32> into tensor<{_shape(L, G, 16)}xf32>"""
+        )
         if s.moe:
             wdims, sdims = (L, s.k, N, KB), (L, s.k, N, G)
             reassoc = "[[0], [1], [2], [3, 4]]"
@@ -203,7 +221,9 @@ class _Template:
             iters = _iters(2, 2)
             out_sizes = f"[{N}, {G}, 16]"
         acc, oty = self.output()
-        return text + f"""
+        return (
+            text
+            + f"""
   %pk = tensor.expand_shape %pb {reassoc} output_shape {out_sizes} : tensor<{_shape(*wdims)}xi8> into tensor<{_shape(*pshape)}xi8>{acc}
   %r = linalg.generic {{indexing_maps = {maps}, iterator_types = {iters}}} ins(%xlo, %xhi, %pk, %sb : tensor<{_shape(L, G, 16)}xf32>, tensor<{_shape(L, G, 16)}xf32>, tensor<{_shape(*pshape)}xi8>, tensor<{_shape(*sdims)}xi8>) outs(%acc : {oty}) {{
     ^bb0(%xl: f32, %xh: f32, %byte: i8, %sc: i8, %o: f32):{_CONSTS}
@@ -217,6 +237,7 @@ class _Template:
       %sum = arith.addf %o, %ps : f32
       linalg.yield %sum : f32
   }} -> {oty}"""
+        )
 
     def unfused(self) -> str:
         s, L, K, KB, G, N = self.s, self.L, self.s.K, self.KB, self.G, self.s.N
@@ -231,7 +252,9 @@ class _Template:
         collapse = "[" + ", ".join([f"[{i}]" for i in range(n + 1)] + [f"[{n + 1}, {n + 2}, {n + 3}]"]) + "]"
         psizes = ", ".join([lead, str(s.k)][:n] + [str(N), str(G), "16"])
         acc, oty = self.output()
-        text = self.inputs() + f"""
+        text = (
+            self.inputs()
+            + f"""
   %pk = tensor.expand_shape %pb {reassoc} output_shape [{psizes}] : tensor<{_shape(*wdims)}xi8> into tensor<{_shape(*pshape)}xi8>
   %we = tensor.empty({self.dyn_sizes if s.moe else ""}) : tensor<{_shape(*wshape)}xf32>
   %w6 = linalg.generic {{indexing_maps = {_maps(n + 4, p_map, s_map, idx)}, iterator_types = {_iters(n + 4, 0)}}} ins(%pk, %sb : tensor<{_shape(*pshape)}xi8>, tensor<{_shape(*sdims)}xi8>) outs(%we : tensor<{_shape(*wshape)}xf32>) {{
@@ -249,17 +272,24 @@ class _Template:
   }} -> tensor<{_shape(*wshape)}xf32>
   %wc = tensor.collapse_shape %w6 {collapse} : tensor<{_shape(*wshape)}xf32> into tensor<{_shape(*lw, N, K)}xf32>
   {self.barrier("%wt", "%wc", f"tensor<{_shape(*lw, N, K)}xf32>")}{acc}"""
+        )
         if not s.moe:
-            return text + f"""
+            return (
+                text
+                + f"""
   %r = linalg.matmul indexing_maps = {_maps(3, "d0, d2", "d1, d2", "d0, d1")} ins(%xb, %wt : tensor<{_shape(L, K)}xf32>, tensor<{N}x{K}xf32>) outs(%acc : {oty}) -> {oty}"""
+            )
         # (t, j, n | kk)
-        return text + f"""
+        return (
+            text
+            + f"""
   %r = linalg.generic {{indexing_maps = {_maps(4, "d0, d3", "d0, d1, d2, d3", "d0, d1, d2")}, iterator_types = {_iters(3, 1)}}} ins(%xb, %wt : tensor<{_shape(L, K)}xf32>, tensor<{_shape(*lw, N, K)}xf32>) outs(%acc : {oty}) {{
     ^bb0(%xv: f32, %wv: f32, %o: f32):
       %prod = arith.mulf %xv, %wv : f32
       %sum = arith.addf %o, %prod : f32
       linalg.yield %sum : f32
   }} -> {oty}"""
+        )
 
     def function(self, fused: bool) -> str:
         s, L = self.s, self.L

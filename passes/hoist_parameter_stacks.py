@@ -151,8 +151,14 @@ class _InitBuilder:
         self.memo: dict[object, Value] = {}
 
     def create(self, name, result: str | None, operands, attrs=None) -> Operation:
-        return Operation.create(name, results=[Type.parse(result)] if result else [],
-                                operands=operands, attributes=attrs or {}, loc=self.loc, ip=self.ip)
+        return Operation.create(
+            name,
+            results=[Type.parse(result)] if result else [],
+            operands=operands,
+            attributes=attrs or {},
+            loc=self.loc,
+            ip=self.ip,
+        )
 
     def value(self, e) -> Value:
         if e not in self.memo:
@@ -161,8 +167,7 @@ class _InitBuilder:
 
     def _build(self, e) -> Value:
         if isinstance(e, _Param):
-            return self.create("util.global.load", e.type, [],
-                               {"global": FlatSymbolRefAttr.get(e.symbol)}).result
+            return self.create("util.global.load", e.type, [], {"global": FlatSymbolRefAttr.get(e.symbol)}).result
         if isinstance(e, _Join):  # every parameter goes straight to its place in one tensor
             rank = len(_shape(e.type))
             return self._place(e, self.create("tensor.empty", e.type, []).result, [0] * rank, list(range(rank)))
@@ -175,13 +180,17 @@ class _InitBuilder:
             return x
         flat = re.sub(r"<.*x(\w+)>$", lambda m: f"<{prod(dst)}x{m.group(1)}>", dst_type)
         if len(src) > 1:
-            x = self.create("tensor.collapse_shape", flat, [x],
-                            {"reassociation": _reassociation(len(src))}).result
+            x = self.create("tensor.collapse_shape", flat, [x], {"reassociation": _reassociation(len(src))}).result
         if len(dst) > 1:
-            x = self.create("tensor.expand_shape", dst_type, [x], {
-                "reassociation": _reassociation(len(dst)),
-                "static_output_shape": ir.DenseI64ArrayAttr.get(dst),
-            }).result
+            x = self.create(
+                "tensor.expand_shape",
+                dst_type,
+                [x],
+                {
+                    "reassociation": _reassociation(len(dst)),
+                    "static_output_shape": ir.DenseI64ArrayAttr.get(dst),
+                },
+            ).result
         return x
 
     def _place(self, e, acc: Value, offsets: list[int], dims: list[int]) -> Value:
@@ -192,12 +201,17 @@ class _InitBuilder:
             for j, n in enumerate(_shape(e.type)):
                 sizes[dims[j]] = n
             # acc[offsets : offsets + sizes] = e
-            return self.create("tensor.insert_slice", str(acc.type), [self.value(e), acc], {
-                "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1, 0, 0, 0]),
-                "static_offsets": ir.DenseI64ArrayAttr.get(offsets),
-                "static_sizes": ir.DenseI64ArrayAttr.get(sizes),
-                "static_strides": ir.DenseI64ArrayAttr.get([1] * len(offsets)),
-            }).result
+            return self.create(
+                "tensor.insert_slice",
+                str(acc.type),
+                [self.value(e), acc],
+                {
+                    "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1, 0, 0, 0]),
+                    "static_offsets": ir.DenseI64ArrayAttr.get(offsets),
+                    "static_sizes": ir.DenseI64ArrayAttr.get(sizes),
+                    "static_strides": ir.DenseI64ArrayAttr.get([1] * len(offsets)),
+                },
+            ).result
         d = dims[e.dim]
         part_dims = dims if e.kind == _CAT else dims[: e.dim] + dims[e.dim + 1 :]
         at = list(offsets)
@@ -222,8 +236,9 @@ def _stack_name(e, taken: set[str]) -> str:
         parts = []
         for column in zip(*names):
             values = list(dict.fromkeys(column))
-            parts.append(values[0] if len(values) == 1 else
-                         "all" if all(v.isdigit() for v in values) else "_".join(values))
+            parts.append(
+                values[0] if len(values) == 1 else "all" if all(v.isdigit() for v in values) else "_".join(values)
+            )
         base = ".".join(parts)
     else:
         base = "stacked." + names[0][0]
@@ -251,7 +266,8 @@ class HoistParameterStacks(ModulePass):
         params = {
             StringAttr(op.attributes["sym_name"]).value
             for op in top
-            if op.name == "util.global" and "initial_value" in op.attributes
+            if op.name == "util.global"
+            and "initial_value" in op.attributes
             and str(op.attributes["initial_value"]).startswith("#flow.parameter.named")
         }
         funcs = [op for op in top if op.name == "func.func"]
@@ -303,24 +319,39 @@ class HoistParameterStacks(ModulePass):
             if op.name in (_CAT, _STACK):
                 inner.add(defining_op(op.operands[0]))
         # a stack is a root when some use is outside the stacks (walk order: operands first)
-        return [(op, e) for op, e in stacks
-                if any(getattr(u.owner, "operation", u.owner) not in inner for u in op.result.uses)]
+        return [
+            (op, e)
+            for op, e in stacks
+            if any(getattr(u.owner, "operation", u.owner) not in inner for u in op.result.uses)
+        ]
 
 
 def _emit_global(symbol: str, e, loc: ir.Location, anchor: InsertionPoint) -> None:
-    Operation.create("util.global", attributes={
-        "sym_name": StringAttr.get(symbol),
-        "sym_visibility": StringAttr.get("private"),
-        "type": ir.TypeAttr.get(Type.parse(e.type)),
-    }, loc=loc, ip=anchor)
-    init = Operation.create("util.initializer", attributes={
-        "function_type": ir.TypeAttr.get(ir.FunctionType.get([], [])),
-    }, regions=1, loc=loc, ip=anchor)
+    Operation.create(
+        "util.global",
+        attributes={
+            "sym_name": StringAttr.get(symbol),
+            "sym_visibility": StringAttr.get("private"),
+            "type": ir.TypeAttr.get(Type.parse(e.type)),
+        },
+        loc=loc,
+        ip=anchor,
+    )
+    init = Operation.create(
+        "util.initializer",
+        attributes={
+            "function_type": ir.TypeAttr.get(ir.FunctionType.get([], [])),
+        },
+        regions=1,
+        loc=loc,
+        ip=anchor,
+    )
     block = init.regions[0].blocks.append()
     ip = InsertionPoint(block)
     value = _InitBuilder(ip, loc).value(e)
-    Operation.create("util.global.store", operands=[value],
-                     attributes={"global": FlatSymbolRefAttr.get(symbol)}, loc=loc, ip=ip)
+    Operation.create(
+        "util.global.store", operands=[value], attributes={"global": FlatSymbolRefAttr.get(symbol)}, loc=loc, ip=ip
+    )
     Operation.create("util.return", loc=loc, ip=ip)
 
 

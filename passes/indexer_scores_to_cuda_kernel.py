@@ -55,8 +55,12 @@ def function_name(kernel: str, H: int, D: int, T: int | None, scale: float) -> s
 
 def function_text(kernel: str, H: int, D: int, T: int | None, scale: float) -> str:
     dt = kernel.split("_")[0]  # the keys' element type
-    q_t, k_t, w_t, o_t = (f"tensor<?x{H}x{D}xf32>", tensor_text((T, D), dt), f"tensor<?x{H}xf32>",
-                          tensor_text((None, T), "f32"))
+    q_t, k_t, w_t, o_t = (
+        f"tensor<?x{H}x{D}xf32>",
+        tensor_text((T, D), dt),
+        f"tensor<?x{H}xf32>",
+        tensor_text((None, T), "f32"),
+    )
     if T is None:
         gx = "%gx"
         if kernel == "bf16_mma":
@@ -106,19 +110,27 @@ class IndexerScoresToCudaKernel(ModulePass):
         return "bf16_mma" if key_dtype == "bf16" and self.tensor_cores else key_dtype
 
     def apply(self, module_op: Operation, diag: DiagnosticEngine) -> None:
-        sites = collect_sites(module_op, lambda op: operator_name(op) == OP_NAME, match_indexer_scores, diag,
-                              _refuse)
+        sites = collect_sites(module_op, lambda op: operator_name(op) == OP_NAME, match_indexer_scores, diag, _refuse)
         if not sites or diag.diagnostics:
             return
-        call_kernels(module_op, sites, lambda s: (self.kernel(s.key_dtype), s.H, s.D, s.T, s.scale),
-                     function_name, function_text, _rewrite, executable_source_text(kg.INDEXER_SCORES))
+        call_kernels(
+            module_op,
+            sites,
+            lambda s: (self.kernel(s.key_dtype), s.H, s.D, s.T, s.scale),
+            function_name,
+            function_text,
+            _rewrite,
+            executable_source_text(kg.INDEXER_SCORES),
+        )
 
 
 def _refuse(site: IndexerScoresSite) -> str | None:
     """What the kernels cannot take (their shared memory holds H <= 64 heads of D <= 128)."""
     if site.H > kg.INDEXER_MAX_H or site.D > kg.INDEXER_MAX_D:
-        return (f"indexer_scores: the CUDA kernel takes H <= {kg.INDEXER_MAX_H} heads of D <= {kg.INDEXER_MAX_D}, "
-                f"got H={site.H}, D={site.D}")
+        return (
+            f"indexer_scores: the CUDA kernel takes H <= {kg.INDEXER_MAX_H} heads of D <= {kg.INDEXER_MAX_D}, "
+            f"got H={site.H}, D={site.D}"
+        )
     return None
 
 
@@ -127,9 +139,11 @@ def _rewrite(site: IndexerScoresSite, fn: str) -> None:
     b = TorchBuilder(op)
     S, H, D, T = site.S, site.H, site.D, site.T
     q, keys, w, _ = op.operands
-    args = [b.op("torch_c.to_builtin_tensor", [q], tensor_text((S, H, D), "f32")),
-            b.op("torch_c.to_builtin_tensor", [keys], tensor_text((T, D), site.key_dtype)),
-            b.op("torch_c.to_builtin_tensor", [w], tensor_text((S, H), "f32"))]
+    args = [
+        b.op("torch_c.to_builtin_tensor", [q], tensor_text((S, H, D), "f32")),
+        b.op("torch_c.to_builtin_tensor", [keys], tensor_text((T, D), site.key_dtype)),
+        b.op("torch_c.to_builtin_tensor", [w], tensor_text((S, H), "f32")),
+    ]
     if S is not None:
         args[0] = b.op("tensor.cast", [args[0]], tensor_text((None, H, D), "f32"))
         args[2] = b.op("tensor.cast", [args[2]], tensor_text((None, H), "f32"))

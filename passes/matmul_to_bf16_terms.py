@@ -40,9 +40,18 @@ from day0.passes.torch_ir import TensorType, TorchBuilder, defining_op, replace_
 MATMULS = ("torch.aten.mm", "torch.aten.bmm")
 WIDENS = ("torch.prims.convert_element_type", "torch.aten.to.dtype", "torch.aten._to_copy")
 # ops that move or select values without changing them; operand 0 is the tensor
-LAYOUT = ("torch.aten.permute", "torch.aten.view", "torch.aten.reshape", "torch.aten.slice.Tensor",
-          "torch.aten.transpose.int", "torch.aten.t", "torch.aten.unsqueeze", "torch.aten.squeeze.dim",
-          "torch.aten.select.int", "torch.aten.expand")
+LAYOUT = (
+    "torch.aten.permute",
+    "torch.aten.view",
+    "torch.aten.reshape",
+    "torch.aten.slice.Tensor",
+    "torch.aten.transpose.int",
+    "torch.aten.t",
+    "torch.aten.unsqueeze",
+    "torch.aten.squeeze.dim",
+    "torch.aten.select.int",
+    "torch.aten.expand",
+)
 
 
 @dataclass(frozen=True)
@@ -133,11 +142,13 @@ def _template(site: _Site, terms: int) -> str:
     bf = [f"tensor<{_shape(t.dims)}xbf16>" for t in types]  # the matmuls' operand types
     out_b = f"tensor<{_shape(out.dims)}xf32>"
     kind = "linalg.matmul" if len(out.dims) == 2 else "linalg.batch_matmul"
-    body = [f"  %ab = torch_c.to_builtin_tensor %a : {torch_t[0]} -> {builtin[0]}",
-            f"  %bb = torch_c.to_builtin_tensor %b : {torch_t[1]} -> {builtin[1]}",
-            "  %zero = arith.constant 0.000000e+00 : f32",
-            f"  %acc_e = tensor.empty() : {out_b}",
-            f"  %acc = linalg.fill ins(%zero : f32) outs(%acc_e : {out_b}) -> {out_b}"]
+    body = [
+        f"  %ab = torch_c.to_builtin_tensor %a : {torch_t[0]} -> {builtin[0]}",
+        f"  %bb = torch_c.to_builtin_tensor %b : {torch_t[1]} -> {builtin[1]}",
+        "  %zero = arith.constant 0.000000e+00 : f32",
+        f"  %acc_e = tensor.empty() : {out_b}",
+        f"  %acc = linalg.fill ins(%zero : f32) outs(%acc_e : {out_b}) -> {out_b}",
+    ]
     if all(site.widened):
         body.append(f"  %r = {kind} ins(%ab, %bb : {bf[0]}, {bf[1]}) outs(%acc : {out_b}) -> {out_b}")
     else:
@@ -151,8 +162,11 @@ def _template(site: _Site, terms: int) -> str:
             body.append(f"  {r} = {kind} ins({pair(f'x{j}')} : {bf[0]}, {bf[1]}) outs({acc} : {out_b}) -> {out_b}")
             acc = r
     body.append(f"  %y = torch_c.from_builtin_tensor %r : {out_b} -> {out_torch}")
-    return (f"func.func @t(%a: {torch_t[0]}, %b: {torch_t[1]}) -> {out_torch} {{\n" + "\n".join(body)
-            + f"\n  return %y : {out_torch}\n}}")
+    return (
+        f"func.func @t(%a: {torch_t[0]}, %b: {torch_t[1]}) -> {out_torch} {{\n"
+        + "\n".join(body)
+        + f"\n  return %y : {out_torch}\n}}"
+    )
 
 
 def _rebuild(b: TorchBuilder, src: Value, chain: list[Operation]) -> Value:

@@ -59,38 +59,48 @@ def function_text(moe: bool, E: int, N: int, K: int, k: int, gemm: bool = False)
         return _gemm_function_text(E, N, K, k)
     KB, G = K // 2, K // 32
     e_dims = (E, N) if moe else (N,)
-    head = (f"%x: tensor<?x{K}xf32>, %p: {tensor_text((*e_dims, KB), 'i8')}, "
-            f"%s: {tensor_text((*e_dims, G), 'i8')}" + (f", %e: tensor<?x{k}xi64>" if moe else ""))
+    head = f"%x: tensor<?x{K}xf32>, %p: {tensor_text((*e_dims, KB), 'i8')}, %s: {tensor_text((*e_dims, G), 'i8')}" + (
+        f", %e: tensor<?x{k}xi64>" if moe else ""
+    )
     result = f"tensor<?x{k}x{N}xf32>" if moe else f"tensor<?x{N}xf32>"
-    lines = [f"  func.func private @{function_name(moe, E, N, K, k)}({head}) -> {result} {{",
-             "    %c0 = arith.constant 0 : index",
-             f"    %t = tensor.dim %x, %c0 : tensor<?x{K}xf32>",
-             f"    %ck = arith.constant {k} : index",
-             "    %rows = arith.muli %t, %ck : index",
-             f"    %gx = arith.constant {kg.cdiv(N, kg.MXFP4_ROWS_PER_CTA)} : index"]
+    lines = [
+        f"  func.func private @{function_name(moe, E, N, K, k)}({head}) -> {result} {{",
+        "    %c0 = arith.constant 0 : index",
+        f"    %t = tensor.dim %x, %c0 : tensor<?x{K}xf32>",
+        f"    %ck = arith.constant {k} : index",
+        "    %rows = arith.muli %t, %ck : index",
+        f"    %gx = arith.constant {kg.cdiv(N, kg.MXFP4_ROWS_PER_CTA)} : index",
+    ]
     if moe:
         lines.append(f"    %ef = tensor.collapse_shape %e [[0, 1]] : tensor<?x{k}xi64> into tensor<?xi64>")
         pw, sw = "%p", "%s"
     else:  # one expert: weights as [1, N, ...], experts all 0
-        lines += [f"    %pw = tensor.expand_shape %p [[0, 1], [2]] output_shape [1, {N}, {KB}] : "
-                  f"tensor<{N}x{KB}xi8> into tensor<1x{N}x{KB}xi8>",
-                  f"    %sw = tensor.expand_shape %s [[0, 1], [2]] output_shape [1, {N}, {G}] : "
-                  f"tensor<{N}x{G}xi8> into tensor<1x{N}x{G}xi8>",
-                  "    %zero = arith.constant 0 : i64",
-                  "    %ee = tensor.empty(%rows) : tensor<?xi64>",
-                  "    %ef = linalg.fill ins(%zero : i64) outs(%ee : tensor<?xi64>) -> tensor<?xi64>"]
+        lines += [
+            f"    %pw = tensor.expand_shape %p [[0, 1], [2]] output_shape [1, {N}, {KB}] : "
+            f"tensor<{N}x{KB}xi8> into tensor<1x{N}x{KB}xi8>",
+            f"    %sw = tensor.expand_shape %s [[0, 1], [2]] output_shape [1, {N}, {G}] : "
+            f"tensor<{N}x{G}xi8> into tensor<1x{N}x{G}xi8>",
+            "    %zero = arith.constant 0 : i64",
+            "    %ee = tensor.empty(%rows) : tensor<?xi64>",
+            "    %ef = linalg.fill ins(%zero : i64) outs(%ee : tensor<?xi64>) -> tensor<?xi64>",
+        ]
         pw, sw = "%pw", "%sw"
     ne = E if moe else 1
-    lines += [f"    %K = arith.constant {K} : i32",
-              f"    %N = arith.constant {N} : i32",
-              f"    %k = arith.constant {k} : i32",
-              f"    %E = arith.constant {ne} : i32",
-              f"    %o = flow.dispatch @{EXECUTABLE}::@day0_mxfp4_matvec[%gx, %rows](%K, %N, %k, %E, %x, {pw}, {sw}, %ef)"
-              f" : (i32, i32, i32, i32, tensor<?x{K}xf32>{{%t}}, tensor<{ne}x{N}x{KB}xi8>, "
-              f"tensor<{ne}x{N}x{G}xi8>, tensor<?xi64>{{%rows}}) -> tensor<?x{N}xf32>{{%rows}}"]
+    lines += [
+        f"    %K = arith.constant {K} : i32",
+        f"    %N = arith.constant {N} : i32",
+        f"    %k = arith.constant {k} : i32",
+        f"    %E = arith.constant {ne} : i32",
+        f"    %o = flow.dispatch @{EXECUTABLE}::@day0_mxfp4_matvec[%gx, %rows](%K, %N, %k, %E, %x, {pw}, {sw}, %ef)"
+        f" : (i32, i32, i32, i32, tensor<?x{K}xf32>{{%t}}, tensor<{ne}x{N}x{KB}xi8>, "
+        f"tensor<{ne}x{N}x{G}xi8>, tensor<?xi64>{{%rows}}) -> tensor<?x{N}xf32>{{%rows}}",
+    ]
     if moe:
-        lines += [f"    %r = tensor.expand_shape %o [[0, 1], [2]] output_shape [%t, {k}, {N}] : "
-                  f"tensor<?x{N}xf32> into {result}", f"    return %r : {result}"]
+        lines += [
+            f"    %r = tensor.expand_shape %o [[0, 1], [2]] output_shape [%t, {k}, {N}] : "
+            f"tensor<?x{N}xf32> into {result}",
+            f"    return %r : {result}",
+        ]
     else:
         lines.append(f"    return %o : {result}")
     lines.append("  }")
@@ -137,16 +147,23 @@ class Mxfp4ToCudaMatvec(ModulePass):
         if not sites or diag.diagnostics:
             return
         kinds = sorted({self._gemm(s) for s in sites})  # the executables the calls dispatch: matvec, GEMM
-        call_kernels(module_op, sites,
-                     lambda s: (s.moe, s.E if s.moe else 1, s.N, s.K, s.k if s.moe else 1, self._gemm(s)),
-                     function_name, function_text, self._rewrite,
-                     "".join(executable_source_text(kg.MXFP4_MOE_GEMM if gemm else kg.MXFP4_MATVEC) for gemm in kinds))
+        call_kernels(
+            module_op,
+            sites,
+            lambda s: (s.moe, s.E if s.moe else 1, s.N, s.K, s.k if s.moe else 1, self._gemm(s)),
+            function_name,
+            function_text,
+            self._rewrite,
+            "".join(executable_source_text(kg.MXFP4_MOE_GEMM if gemm else kg.MXFP4_MATVEC) for gemm in kinds),
+        )
 
     def _refuse(self, site: Mxfp4Site) -> str | None:
         """The matvec caches x's row in shared memory: K <= MXFP4_MAX_K where it runs."""
         if not self._gemm(site) and site.K > kg.MXFP4_MAX_K:
-            return (f"{'mxfp4_moe' if site.moe else 'mxfp4_linear'}: K={site.K} is larger than the CUDA matvec "
-                    f"kernel's {kg.MXFP4_MAX_K} (x is cached in shared memory)")
+            return (
+                f"{'mxfp4_moe' if site.moe else 'mxfp4_linear'}: K={site.K} is larger than the CUDA matvec "
+                f"kernel's {kg.MXFP4_MAX_K} (x is cached in shared memory)"
+            )
         return None
 
     def _gemm(self, site: Mxfp4Site) -> bool:

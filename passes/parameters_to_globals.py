@@ -31,8 +31,15 @@ from day0.frontend.ir import (
     Type,
     TypeAttr,
 )
-from day0.passes.base import (DiagnosticEngine, ModulePass, collect_ops, file_position, loc_string,
-                              operator_name, unique_symbol)
+from day0.passes.base import (
+    DiagnosticEngine,
+    ModulePass,
+    collect_ops,
+    file_position,
+    loc_string,
+    operator_name,
+    unique_symbol,
+)
 from day0.passes.torch_ir import VTENSOR_TYPE
 
 OP_NAME = "torch.day0.parameter"
@@ -81,11 +88,7 @@ class ParametersToGlobals(ModulePass):
             return
 
         body = module_op.regions[0].blocks[0]
-        taken = {
-            StringAttr(op.attributes["sym_name"]).value
-            for op in body.operations
-            if "sym_name" in op.attributes
-        }
+        taken = {StringAttr(op.attributes["sym_name"]).value for op in body.operations if "sym_name" in op.attributes}
         symbols: dict[str, str] = {}
         anchor = InsertionPoint(body.operations[0])  # globals go first, in order of first use
         for op, key, tensor in sites:
@@ -149,5 +152,3 @@ def _check(op, first, sites, diag: DiagnosticEngine) -> None:
         )
     first.setdefault(key, (op, torch_type))
     sites.append((op, key, tensor))
-
-

@@ -76,8 +76,9 @@ def _rewrite(site: TopkSite) -> tuple[Value, Value]:
     ip = InsertionPoint(op)
 
     def create(name, results, operands, attrs=None, regions=0):
-        return Operation.create(name, results=results, operands=operands, attributes=attrs or {},
-                                regions=regions, loc=loc, ip=ip)
+        return Operation.create(
+            name, results=results, operands=operands, attributes=attrs or {}, regions=regions, loc=loc, ip=ip
+        )
 
     rank = len(site.dims)
     elem = Type.parse(site.dtype)  # f16, bf16, f32, f64: the same spelling as in torch
@@ -95,8 +96,13 @@ def _rewrite(site: TopkSite) -> tuple[Value, Value]:
     def filled(elem_type: Type, value_attr) -> Value:
         empty = create("tensor.empty", [_builtin(out_dims, elem_type)], sizes).result
         fill_value = create("arith.constant", [elem_type], [], {"value": value_attr}).result
-        fill = create("linalg.fill", [empty.type], [fill_value, empty],
-                      {"operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1])}, regions=1)
+        fill = create(
+            "linalg.fill",
+            [empty.type],
+            [fill_value, empty],
+            {"operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1])},
+            regions=1,
+        )
         block = fill.regions[0].blocks.append(elem_type, elem_type, arg_locs=[loc, loc])
         with InsertionPoint(block):
             Operation.create("linalg.yield", operands=[block.arguments[0]], loc=loc)
@@ -106,20 +112,27 @@ def _rewrite(site: TopkSite) -> tuple[Value, Value]:
     vals0 = filled(elem, FloatAttr.get(elem, empty_value))
     idx0 = filled(i32, IntegerAttr.get(i32, _INDEX_SENTINEL))
     # topk keeps, per row, the first k under (value by the comparator, then lower index first).
-    topk = create("iree_linalg_ext.topk", [vals0.type, idx0.type], [xb, vals0, idx0],
-                  {"dimension": IntegerAttr.get(i64, rank - 1)}, regions=1)
+    topk = create(
+        "iree_linalg_ext.topk",
+        [vals0.type, idx0.type],
+        [xb, vals0, idx0],
+        {"dimension": IntegerAttr.get(i64, rank - 1)},
+        regions=1,
+    )
     block = topk.regions[0].blocks.append(elem, elem, arg_locs=[loc, loc])
     with InsertionPoint(block):
         # strict: a > b (largest) or a < b (smallest); equal values fall to the index rule
-        cmp = Operation.create("arith.cmpf", results=[IntegerType.get_signless(1)],
-                               operands=list(block.arguments),
-                               attributes={"predicate": IntegerAttr.get(i64, _CMPF[site.largest])}, loc=loc)
+        cmp = Operation.create(
+            "arith.cmpf",
+            results=[IntegerType.get_signless(1)],
+            operands=list(block.arguments),
+            attributes={"predicate": IntegerAttr.get(i64, _CMPF[site.largest])},
+            loc=loc,
+        )
         Operation.create("iree_linalg_ext.yield", operands=[cmp.result], loc=loc)
 
-    values = create("torch_c.from_builtin_tensor", [TensorType(out_dims, site.dtype).mlir()],
-                    [topk.results[0]]).result
-    idx32 = create("torch_c.from_builtin_tensor", [TensorType(out_dims, "si32").mlir()],
-                   [topk.results[1]]).result
+    values = create("torch_c.from_builtin_tensor", [TensorType(out_dims, site.dtype).mlir()], [topk.results[0]]).result
+    idx32 = create("torch_c.from_builtin_tensor", [TensorType(out_dims, "si32").mlir()], [topk.results[1]]).result
     # indices = aten.to.dtype(idx32, int64): torch's topk returns si64
     b = TorchBuilder(op)
     indices = b.to_dtype(idx32, TensorType(out_dims, "si64"))

@@ -111,8 +111,10 @@ def _radix_site(op: Operation) -> TopkSite:
     if not site.largest:
         raise Broken("only largest=true is supported")
     if site.sorted:
-        raise Broken("sorted=true is not supported: the radix select returns the selection in position order, "
-                     "not by value (export the topk with sorted=False)")
+        raise Broken(
+            "sorted=true is not supported: the radix select returns the selection in position order, "
+            "not by value (export the topk with sorted=False)"
+        )
     return site
 
 
@@ -127,8 +129,10 @@ def wrapper_text(dims: tuple[int | None, ...], k: int) -> str:
     rows = 1 if rank == 1 else (None if None in lead else math.prod(lead))
     x_t, flat_t = tensor_text(dims, "f32"), tensor_text((rows, n), "f32")
     group = ", ".join(str(i) for i in range(max(rank - 1, 1)))
-    lines = [f"  func.func private @{wrapper_name(dims, k)}(%x: {x_t}) -> "
-             f"({tensor_text((*lead, k), 'f32')}, {tensor_text((*lead, k), 'i32')}) {{"]
+    lines = [
+        f"  func.func private @{wrapper_name(dims, k)}(%x: {x_t}) -> "
+        f"({tensor_text((*lead, k), 'f32')}, {tensor_text((*lead, k), 'i32')}) {{"
+    ]
 
     sizes = []  # the output's leading dims: SSA values where dynamic
     for i, d in enumerate(dims):
@@ -146,8 +150,9 @@ def wrapper_text(dims: tuple[int | None, ...], k: int) -> str:
         lines.append(f"    %xd = tensor.cast %{src} : {flat_t} to tensor<?x?xf32>")
         src = "xd"
     select = select_function_name(k, kg.topk_is_small(n))
-    lines.append(f"    %v, %i = func.call @{select}(%{src}) : (tensor<?x?xf32>) -> "
-                 f"(tensor<?x{k}xf32>, tensor<?x{k}xi32>)")
+    lines.append(
+        f"    %v, %i = func.call @{select}(%{src}) : (tensor<?x?xf32>) -> (tensor<?x{k}xf32>, tensor<?x{k}xi32>)"
+    )
     results = []
     for name, elem in (("v", "f32"), ("i", "i32")):
         got_t, flat_out, out_t = f"tensor<?x{k}x{elem}>", tensor_text((rows, k), elem), tensor_text((*lead, k), elem)
@@ -159,11 +164,15 @@ def wrapper_text(dims: tuple[int | None, ...], k: int) -> str:
             lines.append(f"    %{name}r = tensor.collapse_shape %{value} [[0, 1]] : {flat_out} into {out_t}")
             value = f"{name}r"
         elif rank > 2:
-            lines.append(f"    %{name}r = tensor.expand_shape %{value} [[{group}], [{rank - 1}]] output_shape "
-                         f"[{', '.join(sizes)}, {k}] : {flat_out} into {out_t}")
+            lines.append(
+                f"    %{name}r = tensor.expand_shape %{value} [[{group}], [{rank - 1}]] output_shape "
+                f"[{', '.join(sizes)}, {k}] : {flat_out} into {out_t}"
+            )
             value = f"{name}r"
         results.append(f"%{value}")
-    lines.append(f"    return {', '.join(results)} : {tensor_text((*lead, k), 'f32')}, {tensor_text((*lead, k), 'i32')}")
+    lines.append(
+        f"    return {', '.join(results)} : {tensor_text((*lead, k), 'f32')}, {tensor_text((*lead, k), 'i32')}"
+    )
     lines.append("  }")
     return "\n" + "\n".join(lines)
 

@@ -56,9 +56,7 @@ class TorchBuilder:
 
     def op_results(self, name: str, operands: list[Value], results: list[TensorType | str], attrs=None) -> list[Value]:
         types = [r.mlir() if isinstance(r, TensorType) else Type.parse(r) for r in results]
-        op = Operation.create(
-            name, results=types, operands=operands, attributes=attrs or {}, loc=self.loc, ip=self.ip
-        )
+        op = Operation.create(name, results=types, operands=operands, attributes=attrs or {}, loc=self.loc, ip=self.ip)
         return list(op.results)
 
     def _const(self, kind: str, value: object, make) -> Value:
@@ -84,8 +82,11 @@ class TorchBuilder:
 
     def to_dtype(self, value: Value, result: TensorType) -> Value:
         """aten.to.dtype of `value` to result.dtype (non_blocking and copy false, no memory format)."""
-        return self.op("torch.aten.to.dtype", [value, self.int(SCALAR_TYPE[result.dtype]), self.bool(False),
-                                               self.bool(False), self.none()], result)
+        return self.op(
+            "torch.aten.to.dtype",
+            [value, self.int(SCALAR_TYPE[result.dtype]), self.bool(False), self.bool(False), self.none()],
+            result,
+        )
 
     def ints(self, vs: list[int]) -> Value:
         items = [self.int(v) for v in vs]

@@ -135,22 +135,34 @@ class Manifest:
             raise ArtifactError(f"{where}: not a JSON object")
         version = data.get("format_version")
         if version != FORMAT_VERSION:
-            raise ArtifactError(f"{where}: artifact format version {version} is not this day0's "
-                                f"{FORMAT_VERSION}; compile the checkpoint again with this day0")
+            raise ArtifactError(
+                f"{where}: artifact format version {version} is not this day0's "
+                f"{FORMAT_VERSION}; compile the checkpoint again with this day0"
+            )
         try:
-            return cls(**{
-                **_plain(cls, data),
-                "devices": tuple(data["devices"]),
-                "entry_points": {k: EntryPoint(**{**_plain(EntryPoint, e), "inputs": tuple(e["inputs"]),
-                                                  "outputs": tuple(e["outputs"])})
-                                 for k, e in data["entry_points"].items()},
-                "state": tuple(StateTensor(**{**_plain(StateTensor, s), "shape": tuple(s["shape"])})
-                               for s in data["state"]),
-                "parameters": Parameters(**{**_plain(Parameters, data["parameters"]),
-                                            "files": tuple(FileRecord(**f) for f in data["parameters"]["files"])}),
-                "compile_flags": tuple(data["compile_flags"]),
-                "vmfb": FileRecord(**data["vmfb"]) if data.get("vmfb") else None,
-            })
+            return cls(
+                **{
+                    **_plain(cls, data),
+                    "devices": tuple(data["devices"]),
+                    "entry_points": {
+                        k: EntryPoint(
+                            **{**_plain(EntryPoint, e), "inputs": tuple(e["inputs"]), "outputs": tuple(e["outputs"])}
+                        )
+                        for k, e in data["entry_points"].items()
+                    },
+                    "state": tuple(
+                        StateTensor(**{**_plain(StateTensor, s), "shape": tuple(s["shape"])}) for s in data["state"]
+                    ),
+                    "parameters": Parameters(
+                        **{
+                            **_plain(Parameters, data["parameters"]),
+                            "files": tuple(FileRecord(**f) for f in data["parameters"]["files"]),
+                        }
+                    ),
+                    "compile_flags": tuple(data["compile_flags"]),
+                    "vmfb": FileRecord(**data["vmfb"]) if data.get("vmfb") else None,
+                }
+            )
         except (KeyError, TypeError, AttributeError) as e:
             raise ArtifactError(f"{where}: malformed manifest ({type(e).__name__}: {e})") from None
 
@@ -201,8 +213,9 @@ def read_manifest(artifact_dir: Path, verify: bool = True, checkpoint_dir=None) 
     if not artifact_dir.is_dir():
         raise ArtifactError(f"{artifact_dir}: no such artifact directory")
     if not path.exists():
-        raise ArtifactError(f"{artifact_dir}: no {MANIFEST}; not a day0 artifact, or its compile was "
-                            f"interrupted — compile again")
+        raise ArtifactError(
+            f"{artifact_dir}: no {MANIFEST}; not a day0 artifact, or its compile was interrupted — compile again"
+        )
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as e:
@@ -211,13 +224,12 @@ def read_manifest(artifact_dir: Path, verify: bool = True, checkpoint_dir=None) 
     if manifest.vmfb is None:
         raise ArtifactError(f"{path}: no vmfb record; compile again")
     if checkpoint_dir is not None:
-        manifest = replace(manifest, parameters=replace(manifest.parameters,
-                                                          base_dir=str(Path(checkpoint_dir).resolve())))
+        manifest = replace(
+            manifest, parameters=replace(manifest.parameters, base_dir=str(Path(checkpoint_dir).resolve()))
+        )
     try:  # without verify, still every file present with its recorded size (no data read)
         verify_file_records([asdict(manifest.vmfb)], artifact_dir, hashes=verify)
-        verify_file_records([asdict(f) for f in manifest.parameters.files], manifest.parameters.base_dir,
-                            hashes=verify)
+        verify_file_records([asdict(f) for f in manifest.parameters.files], manifest.parameters.base_dir, hashes=verify)
     except FileRecordError as e:
         raise ArtifactError(f"artifact {artifact_dir}: {e}") from None
     return manifest
-

@@ -3,8 +3,8 @@ their verification. Torch-free: the runtime loads artifacts without importing Py
 
 import hashlib
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 HASH_CHUNK = 16 << 20
 
@@ -24,8 +24,11 @@ def sha256_file(path: Path) -> str:
 def file_record(path: Path, base_dir: Path | None = None) -> dict:
     """{"path", "size", "sha256"}; path relative to base_dir when given."""
     path = Path(path)
-    return {"path": str(path.relative_to(base_dir) if base_dir else path.resolve()),
-            "size": path.stat().st_size, "sha256": sha256_file(path)}
+    return {
+        "path": str(path.relative_to(base_dir) if base_dir else path.resolve()),
+        "size": path.stat().st_size,
+        "sha256": sha256_file(path),
+    }
 
 
 def verify_file_records(records: Iterable[dict], base_dir: str | Path, hashes: bool = True) -> None:
@@ -42,14 +45,14 @@ def verify_file_records(records: Iterable[dict], base_dir: str | Path, hashes: b
         if not p.is_file():
             raise FileRecordError(f"weight file {p} is missing (recorded at compile time)")
         if p.stat().st_size != r["size"]:
-            raise FileRecordError(f"weight file {p} changed after compile: size is "
-                                  f"{p.stat().st_size}, recorded {r['size']}")
+            raise FileRecordError(
+                f"weight file {p} changed after compile: size is {p.stat().st_size}, recorded {r['size']}"
+            )
         paths.append(p)
     for p, r in zip(paths, records) if hashes else ():
         digest = sha256_file(p)
         if digest != r["sha256"]:
-            raise FileRecordError(f"weight file {p} changed after compile: sha256 is {digest}, "
-                                  f"recorded {r['sha256']}")
+            raise FileRecordError(f"weight file {p} changed after compile: sha256 is {digest}, recorded {r['sha256']}")
 
 
 def make_readable(path: Path) -> None:

@@ -47,8 +47,7 @@ class Session:
         self.reset()
 
     @classmethod
-    def load(cls, artifact_dir, device: str | None = None, verify: bool = True,
-             checkpoint_dir=None) -> "Session":
+    def load(cls, artifact_dir, device: str | None = None, verify: bool = True, checkpoint_dir=None) -> "Session":
         """Load and verify an artifact (hashes of the vmfb and the shards it reads, unless
         verify=False), then bind its parameters from the original shards — found where the
         compile read them, or in `checkpoint_dir` when the checkpoint has moved (another host).
@@ -59,9 +58,11 @@ class Session:
         manifest = read_manifest(Path(artifact_dir), verify=verify, checkpoint_dir=checkpoint_dir)
         device = manifest.devices[0] if device is None else device
         if device not in manifest.devices:
-            raise SessionError(f"artifact {artifact_dir} was compiled for target {manifest.target}, which runs on "
-                               f"{' or '.join(manifest.devices)}, not on device '{device}' (compile it with "
-                               f"--target for that device)")
+            raise SessionError(
+                f"artifact {artifact_dir} was compiled for target {manifest.target}, which runs on "
+                f"{' or '.join(manifest.devices)}, not on device '{device}' (compile it with "
+                f"--target for that device)"
+            )
         params = manifest.parameters
         files = [Path(params.base_dir) / f.path for f in params.files]
         vm = VmModule.load(Path(artifact_dir) / VMFB, files, device=device, scope=params.scope)
@@ -103,14 +104,17 @@ class Session:
     def _check_ids(self, ids) -> np.ndarray:
         arr = np.asarray(ids)
         if arr.ndim != 1 or arr.size == 0 or not np.issubdtype(arr.dtype, np.integer):
-            raise SessionError(f"token ids must be a non-empty 1-D list of integers (got shape {arr.shape}, "
-                               f"dtype {arr.dtype})")
+            raise SessionError(
+                f"token ids must be a non-empty 1-D list of integers (got shape {arr.shape}, dtype {arr.dtype})"
+            )
         bad = arr[(arr < 0) | (arr >= self.vocab_size)]
         if bad.size:
             raise SessionError(f"token id {int(bad[0])} is outside the vocabulary [0, {self.vocab_size})")
         if self._pos + arr.size > self.max_seq_len:
-            raise SessionError(f"sequence would reach {self._pos + arr.size} tokens, more than the artifact's "
-                               f"max_seq_len {self.max_seq_len} (compile with a larger --max-seq-len)")
+            raise SessionError(
+                f"sequence would reach {self._pos + arr.size} tokens, more than the artifact's "
+                f"max_seq_len {self.max_seq_len} (compile with a larger --max-seq-len)"
+            )
         return arr.astype(np.int64)
 
     def _run(self, entry, ids: np.ndarray):
@@ -119,7 +123,7 @@ class Session:
         fn, extra = entry
         out = fn(ids, np.array([self._pos], dtype=np.int64), *self._state)
         logits, self._next = out[0], (out[1] if extra else None)
-        self._state = list(out[1 + extra:])
+        self._state = list(out[1 + extra :])
         self._pos += ids.size
         return logits
 
@@ -168,16 +172,26 @@ class Session:
         token of greedy generation does not include copying [len(ids), vocab] logits)."""
         return self._greedy_next(self._run_prompt(self._check_ids(ids))[-1][0])
 
-    def generate(self, ids, max_new_tokens: int = 32, temperature: float = 0.0, top_k: int = 0,
-                 top_p: float = 1.0, seed: int | None = None, stop_at_eos: bool = True) -> list[int]:
+    def generate(
+        self,
+        ids,
+        max_new_tokens: int = 32,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        stop_at_eos: bool = True,
+    ) -> list[int]:
         """Prefill ids, then sample up to max_new_tokens; returns the new tokens."""
         validate_sampling(temperature, top_k, top_p)
         if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
             raise SessionError(f"max_new_tokens must be a non-negative int (got {max_new_tokens!r})")
         ids = self._check_ids(ids)
         if self._pos + ids.size + max_new_tokens > self.max_seq_len:
-            raise SessionError(f"prompt ({ids.size} tokens, {self._pos} already in the sequence) + "
-                               f"max_new_tokens {max_new_tokens} exceeds max_seq_len {self.max_seq_len}")
+            raise SessionError(
+                f"prompt ({ids.size} tokens, {self._pos} already in the sequence) + "
+                f"max_new_tokens {max_new_tokens} exceeds max_seq_len {self.max_seq_len}"
+            )
         rng = make_rng(seed)
         is_greedy = temperature == 0 or top_k == 1
         if is_greedy:

@@ -36,10 +36,15 @@ def np_dtype(name: str) -> np.dtype:
 def identity(manifest) -> dict:
     """What a state belongs to (`manifest`: runtime.artifact.Manifest): it is valid exactly for
     artifacts with the same identity."""
-    return {"architecture": manifest.architecture, "config": manifest.config,
-            "max_seq_len": manifest.max_seq_len,
-            "state": [{"name": s.name, "kind": s.kind, "layer": s.layer, "shape": list(s.shape), "dtype": s.dtype}
-                      for s in manifest.state]}
+    return {
+        "architecture": manifest.architecture,
+        "config": manifest.config,
+        "max_seq_len": manifest.max_seq_len,
+        "state": [
+            {"name": s.name, "kind": s.kind, "layer": s.layer, "shape": list(s.shape), "dtype": s.dtype}
+            for s in manifest.state
+        ],
+    }
 
 
 def write(path: Path, manifest, position: int, arrays: list[np.ndarray]) -> Path:
@@ -97,8 +102,10 @@ def read(path: Path, manifest) -> tuple[int, list[np.ndarray]]:
                 if s.dtype == "bfloat16" and a.dtype == np.uint16:
                     a = a.view(np_dtype("bfloat16"))
                 if a.shape != s.shape or a.dtype != np_dtype(s.dtype):
-                    raise StateFileError(f"state file {path}: tensor '{s.name}' is {a.dtype}{list(a.shape)}, "
-                                         f"expected {s.dtype}{list(s.shape)}")
+                    raise StateFileError(
+                        f"state file {path}: tensor '{s.name}' is {a.dtype}{list(a.shape)}, "
+                        f"expected {s.dtype}{list(s.shape)}"
+                    )
                 arrays.append(a)
     except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
         if isinstance(e, StateFileError):

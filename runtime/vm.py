@@ -26,8 +26,9 @@ Tied outputs (which results alias an argument, measured on IREE 3.13 local-task)
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 from iree import runtime as rt
@@ -60,8 +61,15 @@ def get_device(name: str) -> rt.HalDevice:
 class VmModule:
     """A loaded vmfb bound to its parameters and a device. Build with `VmModule.load`."""
 
-    def __init__(self, device: rt.HalDevice, instance: rt.VmInstance, context: rt.VmContext,
-                 module: rt.VmModule, parameter_files: tuple[Path, ...], keepalive: tuple = ()):
+    def __init__(
+        self,
+        device: rt.HalDevice,
+        instance: rt.VmInstance,
+        context: rt.VmContext,
+        module: rt.VmModule,
+        parameter_files: tuple[Path, ...],
+        keepalive: tuple = (),
+    ):
         self.device = device
         self.parameter_files = parameter_files
         # The instance, context and index must outlive every function handed out.
@@ -70,8 +78,9 @@ class VmModule:
         self._functions: dict[str, Callable[..., Any]] = {}
 
     @classmethod
-    def load(cls, vmfb_path: Path, parameter_files: Sequence[Path] = (),
-             device: str = "local-task", scope: str = "model") -> "VmModule":
+    def load(
+        cls, vmfb_path: Path, parameter_files: Sequence[Path] = (), device: str = "local-task", scope: str = "model"
+    ) -> VmModule:
         """Load `vmfb_path` with the parameters of `parameter_files` under `scope`.
 
         Runs the module's initializer: a parameter missing from every file fails here, naming
@@ -99,15 +108,15 @@ class VmModule:
             context = rt.VmContext(instance, modules=[*modules, module])
         except (RuntimeError, ValueError) as e:
             names = ", ".join(str(f) for f in files) or "none"
-            raise VmError(f"initializing {vmfb_path} on {device} failed "
-                               f"(parameter scope {scope!r}, files: {names}): {e}") from None
+            raise VmError(
+                f"initializing {vmfb_path} on {device} failed (parameter scope {scope!r}, files: {names}): {e}"
+            ) from None
         return cls(hal_device, instance, context, module, files, keepalive)
 
     @property
     def function_names(self) -> list[str]:
         """The callable entry points (IREE's `$async` variants and `__init` left out)."""
-        return [n for n in self._module.function_names
-                if not n.endswith("$async") and not n.startswith("__")]
+        return [n for n in self._module.function_names if not n.endswith("$async") and not n.startswith("__")]
 
     def function(self, name: str) -> Callable[..., Any]:
         """The entry point `name`: call it with numpy arrays or DeviceArrays.
@@ -119,8 +128,7 @@ class VmModule:
         if fn is None:
             vm_function = self._module.lookup_function(name)
             if vm_function is None or name not in self.function_names:
-                raise KeyError(f"no function {name!r} in the module; it exports: "
-                               f"{', '.join(self.function_names)}")
+                raise KeyError(f"no function {name!r} in the module; it exports: {', '.join(self.function_names)}")
             fn = rt.FunctionInvoker(self._context, self.device, vm_function)
             self._functions[name] = fn
         return fn

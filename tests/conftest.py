@@ -30,10 +30,16 @@ def artifact(workdir):
     def get(name: str) -> Path:
         spec, path = PARITY[name], workdir / f"artifact-{name}"
         if not path.exists():
-            compile_checkpoint(write_checkpoint(workdir, name), path,
-                               BuildOptions(max_seq_len=spec["max_seq_len"], dsa_tile=spec.get("tile", 64),
-                                            prefill_chunk=spec.get("prefill_chunk")),
-                               progress=lambda stage, event: None)
+            compile_checkpoint(
+                write_checkpoint(workdir, name),
+                path,
+                BuildOptions(
+                    max_seq_len=spec["max_seq_len"],
+                    dsa_tile=spec.get("tile", 64),
+                    prefill_chunk=spec.get("prefill_chunk"),
+                ),
+                progress=lambda stage, event: None,
+            )
         return path
 
     return get

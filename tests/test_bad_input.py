@@ -75,15 +75,21 @@ def test_missing_tensor(checkpoint, tmp_path):
         _compile(ckpt, tmp_path / "out")
 
 
-@pytest.mark.parametrize("change, field", [
-    ({"model_type": "llama4"}, "model_type"),
-    ({"model_type": None}, "model_type"),
-    ({"rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}}, "rope_parameters.rope_type"),
-    ({"hidden_act": "gelu"}, "hidden_act"),
-    ({"num_key_value_heads": 2}, "num_key_value_heads"),
-    ({"n_group": 3}, "n_group"),
-    ({"layer_types": ["indexed_attention", "sliding_attention"]}, "layer_types"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"model_type": "llama4"}, "model_type"),
+        ({"model_type": None}, "model_type"),
+        (
+            {"rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}},
+            "rope_parameters.rope_type",
+        ),
+        ({"hidden_act": "gelu"}, "hidden_act"),
+        ({"num_key_value_heads": 2}, "num_key_value_heads"),
+        ({"n_group": 3}, "n_group"),
+        ({"layer_types": ["indexed_attention", "sliding_attention"]}, "layer_types"),
+    ],
+)
 def test_unsupported_config(checkpoint, tmp_path, change, field):
     ckpt = _copy(checkpoint("ds-sparse"), tmp_path / "ckpt")
     cfg = json.loads((ckpt / "config.json").read_text())
@@ -97,8 +103,7 @@ def test_cli_reports_one_line_without_traceback(checkpoint, tmp_path):
     ckpt = _copy(checkpoint("ds-sparse"), tmp_path / "ckpt")
     _single_shard(ckpt).unlink()
     day0 = Path(sys.executable).parent / "day0"
-    r = subprocess.run([str(day0), "compile", str(ckpt), "-o", str(tmp_path / "out")],
-                       capture_output=True, text=True)
+    r = subprocess.run([str(day0), "compile", str(ckpt), "-o", str(tmp_path / "out")], capture_output=True, text=True)
     assert r.returncode == 2
     assert "Traceback" not in r.stderr
     last = r.stderr.strip().splitlines()[-1]
@@ -122,10 +127,16 @@ def test_token_outside_vocabulary(artifact):
     assert s.position == 0  # nothing was appended by the failed calls
 
 
-@pytest.mark.parametrize("kwargs, name", [
-    ({"temperature": -1.0}, "temperature"), ({"temperature": float("nan")}, "temperature"),
-    ({"top_k": -2}, "top_k"), ({"top_p": 0.0}, "top_p"), ({"top_p": 1.5}, "top_p"),
-])
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"temperature": -1.0}, "temperature"),
+        ({"temperature": float("nan")}, "temperature"),
+        ({"top_k": -2}, "top_k"),
+        ({"top_p": 0.0}, "top_p"),
+        ({"top_p": 1.5}, "top_p"),
+    ],
+)
 def test_invalid_sampling_values(artifact, kwargs, name):
     s = Session.load(artifact("ds-sparse"))
     with pytest.raises(ValueError, match=name):
@@ -174,7 +185,6 @@ OSS_BLOCKS = "model.layers.0.mlp.experts.down_proj_blocks"
 OSS_SCALES = "model.layers.0.mlp.experts.down_proj_scales"
 
 
-
 def test_nan_scale_byte(checkpoint, tmp_path):
     from day0.models.mxfp4 import Mxfp4Error
 
@@ -218,11 +228,14 @@ def test_packed_bytes_with_wrong_dtype(checkpoint, tmp_path):
         _compile(ckpt, tmp_path / "out")
 
 
-@pytest.mark.parametrize("name, quantization_config, field", [
-    ("oss-base", {"quant_method": "gptq"}, "quant_method"),
-    ("ds-sparse-mxfp4", {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized"}, "format"),
-    ("ds-sparse-mxfp4", {"quant_method": "fp8"}, "quant_method"),
-])
+@pytest.mark.parametrize(
+    "name, quantization_config, field",
+    [
+        ("oss-base", {"quant_method": "gptq"}, "quant_method"),
+        ("ds-sparse-mxfp4", {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized"}, "format"),
+        ("ds-sparse-mxfp4", {"quant_method": "fp8"}, "quant_method"),
+    ],
+)
 def test_unknown_quant_method(checkpoint, tmp_path, name, quantization_config, field):
     from day0.models.mxfp4 import Mxfp4Error
 

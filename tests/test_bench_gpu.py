@@ -10,19 +10,31 @@ import pytest
 
 # the venv's editable day0 would fill in modules a package forgot to ship: fail on any day0 module
 # loaded from outside the package
-ONLY_SHIPPED = ("bad = [m.__file__ for m in list(sys.modules.values()) if m.__name__.startswith('day0.') "
-                "and getattr(m, '__file__', None) and not m.__file__.startswith(sys.argv[1])]; "
-                "assert not bad, 'not shipped: ' + ', '.join(bad)")
+ONLY_SHIPPED = (
+    "bad = [m.__file__ for m in list(sys.modules.values()) if m.__name__.startswith('day0.') "
+    "and getattr(m, '__file__', None) and not m.__file__.startswith(sys.argv[1])]; "
+    "assert not bad, 'not shipped: ' + ', '.join(bad)"
+)
 
 
 def _run_from_package(pkg, cwd) -> subprocess.CompletedProcess:
     """bench_gpu.run on the CPU with only the package's day0 sources on the path (as on the GPU
     host)."""
     env = {**os.environ, "PYTHONPATH": str(pkg)}
-    return subprocess.run([sys.executable, "-c", "import day0.tools.bench.bench_gpu as b, sys; "
-                           "assert b.__file__.startswith(sys.argv[1]), b.__file__; "
-                           "b.run(__import__('pathlib').Path(sys.argv[1]), 'local-task', None); " + ONLY_SHIPPED,
-                           str(pkg)], capture_output=True, text=True, env=env, cwd=cwd)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import day0.tools.bench.bench_gpu as b, sys; "
+            "assert b.__file__.startswith(sys.argv[1]), b.__file__; "
+            "b.run(__import__('pathlib').Path(sys.argv[1]), 'local-task', None); " + ONLY_SHIPPED,
+            str(pkg),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+    )
 
 
 @pytest.mark.slow
@@ -46,7 +58,8 @@ def test_bench_gpu_package_runs_from_its_own_sources(tmp_path):
     # end to end: the compiled artifact and transformers against day0's eager model, same weights
     assert e2e["piece"] == "e2e"
     assert [(r["context"], r["cache_dtype"]) for r in e2e["rows"]] == [
-        (c, d) for c in spec["e2e"]["contexts"] for d in ("float32", "bfloat16")]
+        (c, d) for c in spec["e2e"]["contexts"] for d in ("float32", "bfloat16")
+    ]
     assert e2e["state_bytes"]["float32"] == {k: 2 * v for k, v in e2e["state_bytes"]["bfloat16"].items()}
     for row in e2e["rows"]:
         ours, theirs = row["day0_vs_eager"], row["transformers_vs_eager"]
@@ -57,8 +70,9 @@ def test_bench_gpu_package_runs_from_its_own_sources(tmp_path):
         # transformers in f32 here: the same weights reach it (bf16 on the GPU)
         assert theirs["prompt_max_rel_err"] < 1e-4 and theirs["decode_max_rel_err"] < 1e-4
         assert ours["same_greedy_prompt_rows"] == 1.0
-        assert min(row[f"{who}_{what}_ms"] for who in ("day0", "eager", "transformers")
-                   for what in ("ttft", "decode")) > 0
+        assert (
+            min(row[f"{who}_{what}_ms"] for who in ("day0", "eager", "transformers") for what in ("ttft", "decode")) > 0
+        )
         assert row["day0_generate_ms"] > 0
     assert "transf./day0" in p.stdout
     # glm5_next (KDA, k-pool DSA, mHC) compiled vs transformers eager, teacher-forced

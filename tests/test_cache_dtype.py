@@ -5,7 +5,6 @@ caches; on CUDA the tensor-core attention and indexer kernels take them."""
 import numpy as np
 import pytest
 import torch
-
 from parity_configs import DECODE_STEPS, PARITY, rel_err, sequence
 
 NAME = "ds-sparse"
@@ -16,8 +15,12 @@ def bf16_artifact(checkpoint, tmp_path_factory):
     from day0.lowering.driver import BuildOptions, compile_checkpoint
 
     out = tmp_path_factory.mktemp("bf16") / "artifact"
-    compile_checkpoint(checkpoint(NAME), out, BuildOptions(max_seq_len=PARITY[NAME]["max_seq_len"],
-                                                           cache_dtype="bfloat16"), progress=lambda *a: None)
+    compile_checkpoint(
+        checkpoint(NAME),
+        out,
+        BuildOptions(max_seq_len=PARITY[NAME]["max_seq_len"], cache_dtype="bfloat16"),
+        progress=lambda *a: None,
+    )
     return out
 
 
@@ -71,8 +74,9 @@ def test_bf16_state_bytes_and_state_file(bf16_artifact, artifact, tmp_path):
 def test_bf16_caches_are_the_cuda_default_and_take_the_tensor_core_kernels(checkpoint, tmp_path):
     from day0.lowering.driver import BuildOptions, compile_checkpoint
 
-    manifest = compile_checkpoint(checkpoint(NAME), tmp_path / "a", BuildOptions(target="cuda-sm90", max_seq_len=64),
-                                  progress=lambda *a: None)
+    manifest = compile_checkpoint(
+        checkpoint(NAME), tmp_path / "a", BuildOptions(target="cuda-sm90", max_seq_len=64), progress=lambda *a: None
+    )
     assert {spec.dtype for spec in manifest.state} == {"bfloat16"}
     vmfb = (tmp_path / "a" / "model.vmfb").read_bytes()
     assert b"day0_dsa_partial_bf16_mma" in vmfb and b"day0_indexer_scores_bf16_mma" in vmfb

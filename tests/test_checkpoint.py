@@ -1,5 +1,6 @@
 """Checkpoint reader: real safetensors files, and one error test per failure mode, each checking
 that the message names the file / tensor / field concerned."""
+
 import json
 import struct
 
@@ -8,8 +9,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from day0.models.checkpoint import (Checkpoint, CheckpointError, read_shard_header,
-                                    verify_file_records)
+from day0.models.checkpoint import Checkpoint, CheckpointError, read_shard_header, verify_file_records
 
 
 def _tensors():
@@ -41,15 +41,15 @@ def sharded(tmp_path):
     _write_config(tmp_path)
     t = _tensors()
     names = sorted(t)
-    split = {"model-00001-of-00002.safetensors": names[:2],
-             "model-00002-of-00002.safetensors": names[2:]}
+    split = {"model-00001-of-00002.safetensors": names[:2], "model-00002-of-00002.safetensors": names[2:]}
     weight_map = {}
     for fname, ns in split.items():
         save_file({n: t[n] for n in ns}, tmp_path / fname, metadata={"format": "pt"})
-        weight_map.update({n: fname for n in ns})
+        weight_map.update(dict.fromkeys(ns, fname))
     total = sum(x.numel() * x.element_size() for x in t.values())
     (tmp_path / "model.safetensors.index.json").write_text(
-        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}))
+        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map})
+    )
     return tmp_path
 
 
@@ -84,14 +84,30 @@ def test_headers_match_safetensors(layout, request):
 def test_transformers_save_pretrained_many_shards(tmp_path):
     transformers = pytest.importorskip("transformers")
     cfg = transformers.DeepseekV32Config(
-        vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=16, qk_rope_head_dim=8,
-        qk_nope_head_dim=8, v_head_dim=8, head_dim=8, n_routed_experts=4, n_group=1, topk_group=1,
-        num_experts_per_tok=2, moe_intermediate_size=16, intermediate_size=32, index_n_heads=4,
-        index_head_dim=16, index_topk=4, first_k_dense_replace=1)
+        vocab_size=64,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        q_lora_rank=16,
+        kv_lora_rank=16,
+        qk_rope_head_dim=8,
+        qk_nope_head_dim=8,
+        v_head_dim=8,
+        head_dim=8,
+        n_routed_experts=4,
+        n_group=1,
+        topk_group=1,
+        num_experts_per_tok=2,
+        moe_intermediate_size=16,
+        intermediate_size=32,
+        index_n_heads=4,
+        index_head_dim=16,
+        index_topk=4,
+        first_k_dense_replace=1,
+    )
     torch.manual_seed(0)
-    transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(tmp_path,
-                                                                       max_shard_size="20KB")
+    transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(tmp_path, max_shard_size="20KB")
     ckpt = Checkpoint.open(tmp_path)
     assert len(ckpt.files) > 2
     assert ckpt.config["kv_lora_rank"] == 16
@@ -151,8 +167,11 @@ def test_bad_config_json(tmp_path):
 
 def test_no_shards(tmp_path):
     _write_config(tmp_path)
-    with pytest.raises(CheckpointError, match=r"no model\.safetensors\.index\.json and no "
-                                              r"\*\.safetensors"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"no model\.safetensors\.index\.json and no "
+        r"\*\.safetensors",
+    ):
         Checkpoint.open(tmp_path)
 
 
@@ -180,15 +199,19 @@ def test_truncated_shard(single):
         fh.truncate(size - 5)
     with pytest.raises(CheckpointError) as e:
         Checkpoint.open(single)
-    assert str(e.value) == (f"truncated shard {f}: tensor {last.name} needs bytes up to {size} "
-                            f"but the file has {size - 5}")
+    assert str(e.value) == (
+        f"truncated shard {f}: tensor {last.name} needs bytes up to {size} but the file has {size - 5}"
+    )
 
 
 def test_header_length_past_end(single):
     f = single / "model.safetensors"
     f.write_bytes(struct.pack("<Q", 10**9) + b"{}")
-    with pytest.raises(CheckpointError, match=r"model\.safetensors: header length 1000000000 is "
-                                              r"larger than the file \(10 bytes\)"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"model\.safetensors: header length 1000000000 is "
+        r"larger than the file \(10 bytes\)",
+    ):
         Checkpoint.open(single)
 
 
@@ -203,17 +226,20 @@ def _rewrite_header(f, edit):
     """Replace a shard's header by edit(header), keeping the data bytes."""
     raw = f.read_bytes()
     n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + n])
+    header = json.loads(raw[8 : 8 + n])
     edit(header)
     new = json.dumps(header).encode()
-    f.write_bytes(struct.pack("<Q", len(new)) + new + raw[8 + n:])
+    f.write_bytes(struct.pack("<Q", len(new)) + new + raw[8 + n :])
 
 
 def test_byte_size_inconsistent_with_shape(single):
     f = single / "model.safetensors"
     _rewrite_header(f, lambda h: h["embed.weight"].update(shape=[16, 7]))
-    with pytest.raises(CheckpointError, match=r"tensor embed\.weight: holds 512 bytes but dtype "
-                                              r"F32 x shape \(16, 7\) needs 448"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"tensor embed\.weight: holds 512 bytes but dtype "
+        r"F32 x shape \(16, 7\) needs 448",
+    ):
         Checkpoint.open(single)
 
 
@@ -225,8 +251,11 @@ def test_bad_header_field(single):
 
 def test_tensor_in_two_shards(single):
     save_file({"step": torch.tensor([1])}, single / "extra.safetensors")
-    with pytest.raises(CheckpointError, match=r"tensor step is in two shards: .*extra\.safetensors"
-                                              r" and .*model\.safetensors"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"tensor step is in two shards: .*extra\.safetensors"
+        r" and .*model\.safetensors",
+    ):
         Checkpoint.open(single)
 
 
@@ -247,15 +276,19 @@ def test_check_expected_wrong_shape(single):
     exp["layer.0.attn.wq"] = ((8, 4), {"BF16"})
     with pytest.raises(CheckpointError) as e:
         Checkpoint.open(single).check_expected(exp)
-    assert (f"tensor layer.0.attn.wq in {single / 'model.safetensors'} has shape (8, 8), "
-            f"expected (8, 4)") in str(e.value)
+    assert (f"tensor layer.0.attn.wq in {single / 'model.safetensors'} has shape (8, 8), expected (8, 4)") in str(
+        e.value
+    )
 
 
 def test_check_expected_wrong_dtype(single):
     exp = _expected()
     exp["layer.0.norm"] = ((8,), {"F32", "BF16"})
-    with pytest.raises(CheckpointError, match=r"tensor layer\.0\.norm in .* has dtype F16, "
-                                              r"expected one of \['BF16', 'F32'\]"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"tensor layer\.0\.norm in .* has dtype F16, "
+        r"expected one of \['BF16', 'F32'\]",
+    ):
         Checkpoint.open(single).check_expected(exp)
 
 
@@ -264,14 +297,16 @@ def test_check_expected_missing(single):
     exp["lm_head.weight"] = ((16, 8), None)
     with pytest.raises(CheckpointError) as e:
         Checkpoint.open(single).check_expected(exp)
-    assert f"missing tensor lm_head.weight (expected shape (16, 8)) in checkpoint {single}" \
-        in str(e.value)
+    assert f"missing tensor lm_head.weight (expected shape (16, 8)) in checkpoint {single}" in str(e.value)
 
 
 def test_check_expected_unexpected(single):
     save_file({f"mtp.{i}.w": torch.zeros(1) for i in range(7)}, single / "mtp.safetensors")
-    with pytest.raises(CheckpointError, match=r"7 unexpected tensors .*: mtp\.0\.w, mtp\.1\.w, "
-                                              r"mtp\.2\.w, mtp\.3\.w, mtp\.4\.w, \.\.\. \(2 more\)"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"7 unexpected tensors .*: mtp\.0\.w, mtp\.1\.w, "
+        r"mtp\.2\.w, mtp\.3\.w, mtp\.4\.w, \.\.\. \(2 more\)",
+    ):
         Checkpoint.open(single).check_expected(_expected())
     Checkpoint.open(single).check_expected(_expected(), allow_unused=["mtp.*"])
 
@@ -291,8 +326,11 @@ def test_verify_detects_content_change(sharded):
     raw = bytearray(f.read_bytes())
     raw[-1] ^= 0xFF  # same size, different bytes
     f.write_bytes(bytes(raw))
-    with pytest.raises(CheckpointError, match=r"model-00002-of-00002\.safetensors changed after "
-                                              r"compile: sha256"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"model-00002-of-00002\.safetensors changed after "
+        r"compile: sha256",
+    ):
         verify_file_records(records, sharded)
 
 
@@ -302,8 +340,11 @@ def test_verify_detects_size_change(sharded):
     size = f.stat().st_size
     with open(f, "ab") as fh:
         fh.write(b"\0")
-    with pytest.raises(CheckpointError, match=rf"model-00001-of-00002\.safetensors changed after "
-                                              rf"compile: size is {size + 1}, recorded {size}"):
+    with pytest.raises(
+        CheckpointError,
+        match=rf"model-00001-of-00002\.safetensors changed after "
+        rf"compile: size is {size + 1}, recorded {size}",
+    ):
         verify_file_records(records, sharded)
 
 

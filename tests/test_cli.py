@@ -34,8 +34,14 @@ def test_compile_shows_stages_and_dumps_ir(demo):
         assert f"[{i}/5] {stage} done in" in r.stderr
     stages = artifact / "stages"
     names = sorted(p.name for p in stages.glob("*.mlir"))
-    assert names == ["00-export.mlir", "01-parameters-to-globals.mlir", "02-hoist-parameter-stacks.mlir",
-                     "03-topk-to-linalg-ext.mlir", "04-fuse-mxfp4-matmul.mlir", "05-dsa-to-gather-tiles.mlir"]
+    assert names == [
+        "00-export.mlir",
+        "01-parameters-to-globals.mlir",
+        "02-hoist-parameter-stacks.mlir",
+        "03-topk-to-linalg-ext.mlir",
+        "04-fuse-mxfp4-matmul.mlir",
+        "05-dsa-to-gather-tiles.mlir",
+    ]
     assert "torch.day0.dsa_attention" in (stages / "00-export.mlir").read_text()
     assert "torch.day0.dsa_attention" not in (stages / "05-dsa-to-gather-tiles.mlir").read_text()
     assert len(list((stages / "iree" / "phases").glob("*.mlir"))) >= 10
@@ -65,8 +71,20 @@ def test_generate_text_greedy_is_deterministic(demo):
 
 def test_generate_ids_with_sampling_seed(demo):
     _, artifact, _ = demo
-    args = ("generate", artifact, "--prompt-ids", "72,101,108", "--max-new-tokens", "6",
-            "--temperature", "0.9", "--top-k", "20", "--top-p", "0.95")
+    args = (
+        "generate",
+        artifact,
+        "--prompt-ids",
+        "72,101,108",
+        "--max-new-tokens",
+        "6",
+        "--temperature",
+        "0.9",
+        "--top-k",
+        "20",
+        "--top-p",
+        "0.95",
+    )
     a = run(*args, "--seed", "1").stdout.strip().split(",")
     assert a == run(*args, "--seed", "1").stdout.strip().split(",")
     assert 1 <= len(a) <= 6 and all(0 <= int(t) < 320 for t in a)
@@ -88,9 +106,10 @@ def test_inspect(demo):
     assert info["architecture"] == "deepseek_v32" and info["max_seq_len"] == 128
     assert info["state"]["kv_cache.0"] == [128, 32 + 8]
     layers = sum(1 for name in info["state"] if name.startswith("kv_cache."))
-    assert info["state_bytes"] == {"mla_latent": layers * 128 * 40 * 4,
-                                   "indexer_keys": 4 * sum(128 * info["state"][f"index_cache.{i}"][1]
-                                                           for i in range(layers))}
+    assert info["state_bytes"] == {
+        "mla_latent": layers * 128 * 40 * 4,
+        "indexer_keys": 4 * sum(128 * info["state"][f"index_cache.{i}"][1] for i in range(layers)),
+    }
     assert info["parameters"]["count"] > 0
 
 
@@ -104,8 +123,19 @@ def test_prompt_without_tokenizer(artifact):
 def test_compile_passes_flags_after_double_dash_to_iree_compile():
     from day0.tools.cli import parse_args
 
-    a = parse_args(["compile", "ckpt", "-o", "out", "--target", "cuda-sm90", "--",
-                    "--iree-hal-indirect-command-buffers=false", "--mlir-timing"])
+    a = parse_args(
+        [
+            "compile",
+            "ckpt",
+            "-o",
+            "out",
+            "--target",
+            "cuda-sm90",
+            "--",
+            "--iree-hal-indirect-command-buffers=false",
+            "--mlir-timing",
+        ]
+    )
     assert (a.checkpoint, a.output, a.target) == ("ckpt", "out", "cuda-sm90")
     assert a.iree_flags == ["--iree-hal-indirect-command-buffers=false", "--mlir-timing"]
     assert parse_args(["compile", "ckpt", "-o", "out"]).iree_flags == []

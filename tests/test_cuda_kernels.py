@@ -11,17 +11,21 @@ from day0.passes import dsa_to_cuda_kernel, indexer_scores_to_cuda_kernel, mxfp4
 from day0.passes.extern_dispatch import kernel_ptx
 from day0.tools import build_kernels
 
-KERNEL_SETS = [(topk_to_radix_select.KERNEL_PTX, topk_to_radix_select.KERNEL_ABI),
-               (mxfp4_to_cuda_matvec.KERNEL_PTX, mxfp4_to_cuda_matvec.KERNEL_ABI),
-               (mxfp4_to_cuda_matvec.GEMM_PTX, mxfp4_to_cuda_matvec.GEMM_ABI),
-               (dsa_to_cuda_kernel.KERNEL_PTX, dsa_to_cuda_kernel.KERNEL_ABI),
-               (indexer_scores_to_cuda_kernel.KERNEL_PTX, indexer_scores_to_cuda_kernel.KERNEL_ABI)]
+KERNEL_SETS = [
+    (topk_to_radix_select.KERNEL_PTX, topk_to_radix_select.KERNEL_ABI),
+    (mxfp4_to_cuda_matvec.KERNEL_PTX, mxfp4_to_cuda_matvec.KERNEL_ABI),
+    (mxfp4_to_cuda_matvec.GEMM_PTX, mxfp4_to_cuda_matvec.GEMM_ABI),
+    (dsa_to_cuda_kernel.KERNEL_PTX, dsa_to_cuda_kernel.KERNEL_ABI),
+    (indexer_scores_to_cuda_kernel.KERNEL_PTX, indexer_scores_to_cuda_kernel.KERNEL_ABI),
+]
 
 
 def _entries(ptx: str) -> dict[str, list[str]]:
     """entry name -> its .param types, from the PTX text."""
-    return {m.group(1): re.findall(r"\.param \.(\w+)", m.group(2))
-            for m in re.finditer(r"\.entry (\w+)\(\s*(.*?)\)", ptx, re.S)}
+    return {
+        m.group(1): re.findall(r"\.param \.(\w+)", m.group(2))
+        for m in re.finditer(r"\.entry (\w+)\(\s*(.*?)\)", ptx, re.S)
+    }
 
 
 @pytest.mark.parametrize("ptx_name,abi", KERNEL_SETS, ids=[p for p, _ in KERNEL_SETS])

@@ -12,8 +12,9 @@ def test_demo_model_compiles_for_sm90(tmp_path):
 
     ckpt = ensure_demo_checkpoint(tmp_path / "ckpt")
     out = tmp_path / "artifact"
-    manifest = compile_checkpoint(ckpt, out, BuildOptions(target="cuda-sm90", max_seq_len=128),
-                                  progress=lambda *a: None)
+    manifest = compile_checkpoint(
+        ckpt, out, BuildOptions(target="cuda-sm90", max_seq_len=128), progress=lambda *a: None
+    )
     assert manifest.target == "cuda-sm90"
     entries = json.loads((out / "manifest.json").read_text())["entry_points"]
     assert entries.keys() == {"prefill", "decode", "prefill_first", "prefill_chunk"}
@@ -22,8 +23,15 @@ def test_demo_model_compiles_for_sm90(tmp_path):
     vmfb = (out / "model.vmfb").read_bytes()
     assert b".target sm_90" in vmfb  # PTX for Hopper, not a fallback arch
     # the top-k, the DSA attention and the indexer scores run day0's kernels on CUDA
-    for kernel in (b"day0_topk_hist", b"day0_topk_collect", b"day0_topk_finish", b"day0_topk_small",
-                   b"day0_dsa_partial_f32", b"day0_dsa_combine_f32", b"day0_indexer_scores_f32"):
+    for kernel in (
+        b"day0_topk_hist",
+        b"day0_topk_collect",
+        b"day0_topk_finish",
+        b"day0_topk_small",
+        b"day0_dsa_partial_f32",
+        b"day0_dsa_combine_f32",
+        b"day0_indexer_scores_f32",
+    ):
         assert kernel in vmfb
 
 
@@ -32,8 +40,9 @@ def test_demo_model_compiles_for_sm90(tmp_path):
 def test_mxfp4_checkpoints_compile_for_sm90_with_the_mxfp4_kernels(checkpoint, tmp_path, name):
     from day0.lowering.driver import BuildOptions, compile_checkpoint
 
-    compile_checkpoint(checkpoint(name), tmp_path / "a", BuildOptions(target="cuda-sm90", max_seq_len=64),
-                       progress=lambda *a: None)
+    compile_checkpoint(
+        checkpoint(name), tmp_path / "a", BuildOptions(target="cuda-sm90", max_seq_len=64), progress=lambda *a: None
+    )
     vmfb = (tmp_path / "a" / "model.vmfb").read_bytes()
     assert b"day0_mxfp4_matvec" in vmfb and b".target sm_90" in vmfb
     if name.startswith("ds"):  # routed experts: decode on the matvec, prefill on the grouped GEMM
@@ -47,8 +56,9 @@ def test_kda_models_compile_for_sm90(checkpoint, tmp_path, name):
     for CUDA; models with a recurrent state get no static prefill chunk (lowering/driver.py)."""
     from day0.lowering.driver import BuildOptions, compile_checkpoint
 
-    manifest = compile_checkpoint(checkpoint(name), tmp_path / "a", BuildOptions(target="cuda-sm90", max_seq_len=96),
-                                  progress=lambda *a: None)
+    manifest = compile_checkpoint(
+        checkpoint(name), tmp_path / "a", BuildOptions(target="cuda-sm90", max_seq_len=96), progress=lambda *a: None
+    )
     assert "prefill_chunk" not in manifest.entry_points
     assert {s.kind for s in manifest.state} >= {"kda_state", "conv_tail"}
     vmfb = (tmp_path / "a" / "model.vmfb").read_bytes()

@@ -6,8 +6,8 @@ import json
 import pytest
 import torch
 
-from day0.tools.checkpoints import demo as dc
 from day0.runtime.tokenizer import load_tokenizer
+from day0.tools.checkpoints import demo as dc
 
 PROMPT = "The quick brown fox jumps over the lazy dog; naïve café, 42."
 

@@ -121,8 +121,9 @@ def test_bf16_io_accumulates_in_f32():
         run_pipeline(m, "builtin.module(dsa-to-gather-tiles{tile=64})")
         text = str(m)
     assert "bf16" in text and "f32" in text  # widened inside
-    vmfb = ireec.compile_str(text, input_type="torch", target_backends=["llvm-cpu"],
-                             extra_args=["--iree-llvmcpu-target-cpu=host"])
+    vmfb = ireec.compile_str(
+        text, input_type="torch", target_backends=["llvm-cpu"], extra_args=["--iree-llvmcpu-target-cpu=host"]
+    )
     f = ireert.load_vm_flatbuffer(vmfb, backend="llvm-cpu")["main"]
     bf = lambda x: x.view(torch.int16).numpy().view(ml_dtypes.bfloat16)  # noqa: E731
     got = np.asarray(f(bf(q), bf(kv), idx.numpy()).to_host())
@@ -130,7 +131,6 @@ def test_bf16_io_accumulates_in_f32():
     want = torch.ops.day0.dsa_attention(q.float(), kv.float(), idx, 0.125, v).numpy()
     assert np.array_equal(torch.ops.day0.dsa_attention(q, kv, idx, 0.125, v).numpy(), want)  # eager: widened
     assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()  # f32 order only, no bf16 rounding
-
 
 
 @pytest.mark.parametrize("S", [1, 5])
@@ -160,14 +160,22 @@ def test_bf16_roundings_survive_a_fused_consumer(S):
         m = parse_module(str(fx.export_and_import(Mla(), q, kv, idx, output_type="raw")))
         run_pipeline(m, "builtin.module(dsa-to-gather-tiles)")
         text = str(m)
-    vmfb = ireec.compile_str(text, input_type="torch", target_backends=["llvm-cpu"],
-                             extra_args=["--iree-llvmcpu-target-cpu=host", "--iree-opt-level=O3",
-                                         "--iree-dispatch-creation-enable-aggressive-fusion"])
+    vmfb = ireec.compile_str(
+        text,
+        input_type="torch",
+        target_backends=["llvm-cpu"],
+        extra_args=[
+            "--iree-llvmcpu-target-cpu=host",
+            "--iree-opt-level=O3",
+            "--iree-dispatch-creation-enable-aggressive-fusion",
+        ],
+    )
     f = ireert.load_vm_flatbuffer(vmfb, backend="llvm-cpu")["main"]
     kv_np = kv.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
     got = np.asarray(f(q.numpy(), kv_np, idx.numpy()).to_host())
     want = Mla()(q, kv, idx).numpy()
     np.testing.assert_allclose(got, want, atol=1e-5 * np.abs(want).max(), rtol=0)
+
 
 def _block_indices(S: int, n: int, block: int, t: int, gen: torch.Generator) -> torch.Tensor:
     """glm5_next-shaped selections [S, n·block + block − 1]: n whole aligned blocks (or -1 blocks)
@@ -211,8 +219,9 @@ def test_block_tiles_match_eager(block):
                 func.attributes["sym_name"] = StringAttr.get(form)
                 func.detach_from_parent()
                 combined.body.append(func)
-    vmfb = ireec.compile_str(str(combined), input_type="torch", target_backends=["llvm-cpu"],
-                             extra_args=["--iree-llvmcpu-target-cpu=host"])
+    vmfb = ireec.compile_str(
+        str(combined), input_type="torch", target_backends=["llvm-cpu"], extra_args=["--iree-llvmcpu-target-cpu=host"]
+    )
     module = ireert.load_vm_flatbuffer(vmfb, backend="llvm-cpu")
     gen = torch.Generator().manual_seed(block)
     for form, S in (("decode", 1), ("dynamic", 5), ("dynamic", 7)):

@@ -14,8 +14,8 @@ def kept_ops(target: str) -> tuple[str, ...]:
 
 @pytest.fixture(scope="module")
 def demo_model(tmp_path_factory):
-    from day0.tools.checkpoints.demo import ensure_demo_checkpoint
     from day0.models.registry import build_eager
+    from day0.tools.checkpoints.demo import ensure_demo_checkpoint
 
     return build_eager(ensure_demo_checkpoint(tmp_path_factory.mktemp("demo") / "ckpt"), 64)
 
@@ -37,15 +37,22 @@ def test_unknown_kept_op_is_refused(demo_model):
 
 
 def test_keeping_does_not_leak_between_exports(demo_model):
-    marks = [("torch.day0.indexer_scores" in export_model(demo_model, 64, keep=keep).mlir)
-             for keep in (("indexer_scores",), (), ("indexer_scores",))]
+    marks = [
+        ("torch.day0.indexer_scores" in export_model(demo_model, 64, keep=keep).mlir)
+        for keep in (("indexer_scores",), (), ("indexer_scores",))
+    ]
     assert marks == [True, False, True]
 
 
 def test_cuda_pipeline_with_the_indexer_kernel_compiles(tmp_path):
     from day0.lowering.driver import BuildOptions, compile_checkpoint
     from day0.tools.checkpoints.demo import ensure_demo_checkpoint
+
     assert "indexer-scores-to-cuda-kernel" in TARGETS["cuda-sm90"].pipeline(DsaShape(16))
-    compile_checkpoint(ensure_demo_checkpoint(tmp_path / "ckpt"), tmp_path / "a",
-                       BuildOptions(target="cuda-sm90", max_seq_len=64), progress=lambda *a: None)
+    compile_checkpoint(
+        ensure_demo_checkpoint(tmp_path / "ckpt"),
+        tmp_path / "a",
+        BuildOptions(target="cuda-sm90", max_seq_len=64),
+        progress=lambda *a: None,
+    )
     assert b"day0_indexer_scores_f32" in (tmp_path / "a" / "model.vmfb").read_bytes()

@@ -124,15 +124,13 @@ def test_linear_prefill(compiled, rows):
 def test_moe_decode(compiled):
     _, call = compiled
     x, (packed, scales), experts = _x(1, seed=15), _weights(E, seed=16), _experts(1, seed=17)
-    _assert_close(call("moe_decode", x, packed, scales, experts),
-                  torch.ops.day0.mxfp4_moe(x, packed, scales, experts))
+    _assert_close(call("moe_decode", x, packed, scales, experts), torch.ops.day0.mxfp4_moe(x, packed, scales, experts))
 
 
 def test_moe_prefill(compiled):
     _, call = compiled
     x, (packed, scales), experts = _x(3, seed=18), _weights(E, seed=19), _experts(3, seed=20)
-    _assert_close(call("moe_prefill", x, packed, scales, experts),
-                  torch.ops.day0.mxfp4_moe(x, packed, scales, experts))
+    _assert_close(call("moe_prefill", x, packed, scales, experts), torch.ops.day0.mxfp4_moe(x, packed, scales, experts))
 
 
 def test_every_code_and_sign():
@@ -183,6 +181,5 @@ def test_decode_flow_one_dispatch_per_matmul():
     contractions = [d for d in dispatches if re.search(r"xi8>", d.split(" : ")[-1])]
     assert len(contractions) == 2, "\n".join(dispatches)
     assert all("reduction" in d for d in contractions), "\n".join(contractions)
-    for unpacked in (f"{FLOW_N}x{FLOW_K}xf32", f"{TOPK}x{FLOW_N}x{FLOW_K}xf32",
-                     f"{FLOW_N}x{FLOW_K // 32}x16x2xf32"):
+    for unpacked in (f"{FLOW_N}x{FLOW_K}xf32", f"{TOPK}x{FLOW_N}x{FLOW_K}xf32", f"{FLOW_N}x{FLOW_K // 32}x16x2xf32"):
         assert unpacked not in flow, unpacked

@@ -10,7 +10,6 @@ import json
 import numpy as np
 import pytest
 import torch
-
 from parity_configs import DECODE_STEPS, PARITY, rel_err, sequence
 
 TOL = 1e-3
@@ -45,8 +44,11 @@ def test_configs_exercise_every_feature(reference):
     for name in GLM:
         c, p = reference(name).config.text_config, PARITY[name]["prompt"]
         assert set(c.layer_types) == {"linear_attention", "indexed_attention"}, name
-        shared = [i for i, (t, x) in enumerate(zip(c.layer_types, c.indexer_types))
-                  if t == "indexed_attention" and x == "shared"]
+        shared = [
+            i
+            for i, (t, x) in enumerate(zip(c.layer_types, c.indexer_types))
+            if t == "indexed_attention" and x == "shared"
+        ]
         assert shared, name
         assert c.hc_mult > 1 and c.index_kpool > 1, name
         assert p + DECODE_STEPS > 64  # longer than one KDA chunk
@@ -67,8 +69,11 @@ def test_pool_selection_has_no_ties(name, checkpoint):
 def _transformers_selections(ref, ids):
     """Each full indexer's token selection [S, W] (transformers, one forward without cache)."""
     got = []
-    handles = [m.register_forward_hook(lambda mod, args, out: got.append(out[0]))
-               for m in ref.modules() if type(m).__name__ == "Glm5NextTextIndexer"]
+    handles = [
+        m.register_forward_hook(lambda mod, args, out: got.append(out[0]))
+        for m in ref.modules()
+        if type(m).__name__ == "Glm5NextTextIndexer"
+    ]
     try:
         with torch.no_grad():
             ref(ids[None], use_cache=False)
@@ -193,13 +198,19 @@ def test_mxfp4_experts_stay_packed(checkpoint):
 
 DROP = object()  # a change that removes the field
 BAD_CONFIGS = [
-    ({"layer_types": ["linear_attention", "sliding_attention", "indexed_attention"]}, "layer_types",
-     "sliding_attention"),
+    (
+        {"layer_types": ["linear_attention", "sliding_attention", "indexed_attention"]},
+        "layer_types",
+        "sliding_attention",
+    ),
     ({"layer_types": ["linear_attention"]}, "layer_types", "one entry per layer"),
     ({"indexer_types": ["full", "full", "sometimes"]}, "indexer_types", "sometimes"),
     ({"indexer_types": ["full", "shared", "full"]}, "indexer_types", "layer 1 is 'shared'"),
-    ({"layer_types": ["indexed_attention", "linear_attention", "indexed_attention"]},
-     "indexer_types", "layer 2 is 'shared' but layer 1"),
+    (
+        {"layer_types": ["indexed_attention", "linear_attention", "indexed_attention"]},
+        "indexer_types",
+        "layer 2 is 'shared' but layer 1",
+    ),
     ({"mlp_layer_types": ["dense", "moe", "sparse"]}, "mlp_layer_types", "moe"),
     ({"index_topk": 10}, "index_topk", "multiple of index_kpool"),
     ({"index_kpool": 0}, "index_kpool", "positive"),
@@ -235,8 +246,9 @@ def test_flat_config_and_unsupported_quantization(checkpoint):
 
     raw = json.loads((checkpoint("glm-base") / "config.json").read_text())
     nested, _ = architecture(raw)
-    flat, _ = architecture({"model_type": "glm5_next", **{k: v for k, v in raw["text_config"].items()
-                                                          if k != "model_type"}})
+    flat, _ = architecture(
+        {"model_type": "glm5_next", **{k: v for k, v in raw["text_config"].items() if k != "model_type"}}
+    )
     assert nested.to_dict() == flat.to_dict()
     with pytest.raises(ConfigError, match="field 'quantization_config'"):
         architecture({**raw, "quantization_config": {"quant_method": "mxfp4"}})
@@ -268,8 +280,8 @@ def test_block_tiles_pipeline_on_the_model(checkpoint):
     name = "glm-dsa-first"
     from day0.frontend.export import export_model
     from day0.frontend.ir import new_context, parse_module
-    from day0.passes.pipeline import run_pipeline
     from day0.lowering.targets import TARGETS, DsaShape
+    from day0.passes.pipeline import run_pipeline
 
     model = _model(checkpoint, name)
     assert model.dsa_block() == model.cfg.index_kpool

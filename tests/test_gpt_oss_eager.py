@@ -8,9 +8,9 @@ experts are dequantized exactly, so our packed path must agree to float32 roundi
 
 import pytest
 import torch
+from parity_configs import DECODE_STEPS, PARITY, rel_err, sequence
 
 from day0.models.config import ConfigError
-from parity_configs import DECODE_STEPS, PARITY, rel_err, sequence
 
 TOL = 1e-4
 MAX_SEQ_LEN = 48
@@ -62,8 +62,8 @@ def test_unquantized_checkpoint_matches_transformers(tmp_path):
     from transformers import GptOssForCausalLM
 
     from day0.models.gpt_oss import DenseExperts
-    from day0.tools.checkpoints.gpt_oss import write_tiny_gpt_oss_checkpoint
     from day0.models.registry import build_eager
+    from day0.tools.checkpoints.gpt_oss import write_tiny_gpt_oss_checkpoint
 
     spec = PARITY["oss-base"]
     path = write_tiny_gpt_oss_checkpoint(tmp_path / "f32", spec["config"], spec["seed"], mxfp4=False)
@@ -71,8 +71,9 @@ def test_unquantized_checkpoint_matches_transformers(tmp_path):
     model = build_eager(path, MAX_SEQ_LEN)
     assert isinstance(model.model.layers[0].mlp.experts, DenseExperts)
     got = run_turns(model, ids, [p] + [1] * DECODE_STEPS)
-    ref = GptOssForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager",
-                                            experts_implementation="eager").eval()
+    ref = GptOssForCausalLM.from_pretrained(
+        path, dtype=torch.float32, attn_implementation="eager", experts_implementation="eager"
+    ).eval()
     assert rel_err(got, expected(ref, ids)) < TOL
 
 
@@ -88,9 +89,12 @@ def test_parameters_are_the_checkpoint_tensors(checkpoint):
     cfg = model.cfg
     e, h, i = cfg.num_local_experts, cfg.hidden_size, cfg.intermediate_size
     experts = "model.layers.2.mlp.experts."
-    for name, shape in [("gate_up_proj_blocks", (e, 2 * i, h // 32, 16)),
-                        ("gate_up_proj_scales", (e, 2 * i, h // 32)),
-                        ("down_proj_blocks", (e, h, i // 32, 16)), ("down_proj_scales", (e, h, i // 32))]:
+    for name, shape in [
+        ("gate_up_proj_blocks", (e, 2 * i, h // 32, 16)),
+        ("gate_up_proj_scales", (e, 2 * i, h // 32)),
+        ("down_proj_blocks", (e, h, i // 32, 16)),
+        ("down_proj_scales", (e, h, i // 32)),
+    ]:
         p = params[experts + name]
         assert p.dtype == torch.uint8 and tuple(p.shape) == shape and not p.requires_grad
     assert model.selection_width() is None
@@ -114,13 +118,16 @@ def test_export_keeps_mxfp4_ops_and_packed_parameters(checkpoint):
     assert set(exported.parameters) == {n for n, _ in model.named_parameters()}
 
 
-@pytest.mark.parametrize("change, field", [
-    (dict(rope_parameters=dict(rope_type="dynamic", rope_theta=1e4, factor=2.0)), "rope_parameters.rope_type"),
-    (dict(layer_types=["sliding_attention", "chunked_attention"]), "layer_types"),
-    (dict(quantization_config=dict(quant_method="fp8")), "quantization_config.quant_method"),
-    (dict(quantization_config=dict(modules_to_not_convert=[])), "quantization_config.quant_method"),
-    (dict(quantization_config=dict(quant_method="mxfp4"), hidden_size=80), "hidden_size"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        (dict(rope_parameters=dict(rope_type="dynamic", rope_theta=1e4, factor=2.0)), "rope_parameters.rope_type"),
+        (dict(layer_types=["sliding_attention", "chunked_attention"]), "layer_types"),
+        (dict(quantization_config=dict(quant_method="fp8")), "quantization_config.quant_method"),
+        (dict(quantization_config=dict(modules_to_not_convert=[])), "quantization_config.quant_method"),
+        (dict(quantization_config=dict(quant_method="mxfp4"), hidden_size=80), "hidden_size"),
+    ],
+)
 def test_unsupported_configs_are_rejected(change, field):
     from day0.models.gpt_oss import parse_config
     from day0.tools.checkpoints.gpt_oss import tiny_gpt_oss_config

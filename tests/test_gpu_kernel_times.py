@@ -20,8 +20,10 @@ KERNEL_SETS = {ks.ptx: ks for ks in kg.KERNEL_SETS}
 
 
 def _entries(ptx: str) -> dict[str, list[str]]:
-    return {m.group(1): re.findall(r"\.param \.(\w+)", m.group(2))
-            for m in re.finditer(r"\.entry (\w+)\(\s*(.*?)\)", ptx, re.S)}
+    return {
+        m.group(1): re.findall(r"\.param \.(\w+)", m.group(2))
+        for m in re.finditer(r"\.entry (\w+)\(\s*(.*?)\)", ptx, re.S)
+    }
 
 
 def _dispatches(text: str, dims: dict[str, int]) -> list[tuple[str, str, tuple, list]]:
@@ -43,13 +45,18 @@ def _dispatches(text: str, dims: dict[str, int]) -> list[tuple[str, str, tuple, 
             env[name] = env[args[0]]
         elif op in ("arith.muli", "arith.ceildivui", "arith.minui", "arith.maxui"):
             a, b = env[args[0]], env[args[1]]
-            env[name] = {"arith.muli": a * b, "arith.ceildivui": -(-a // b), "arith.minui": min(a, b),
-                         "arith.maxui": max(a, b)}[op]
+            env[name] = {
+                "arith.muli": a * b,
+                "arith.ceildivui": -(-a // b),
+                "arith.minui": min(a, b),
+                "arith.maxui": max(a, b),
+            }[op]
     out = []
     for m in re.finditer(r"flow\.dispatch @(\w+)::@(\w+)\[([^\]]*)\]\(([^)]*)\)", text):
         grid = tuple(env[g.strip()] for g in m.group(3).split(","))
-        out.append((m.group(1), m.group(2), grid + (1,) * (3 - len(grid)),
-                    [env.get(a.strip()) for a in m.group(4).split(",")]))
+        out.append(
+            (m.group(1), m.group(2), grid + (1,) * (3 - len(grid)), [env.get(a.strip()) for a in m.group(4).split(",")])
+        )
     return out
 
 
@@ -87,9 +94,14 @@ def test_indexer_launches_are_the_pass_dispatches(S, T):
 
 
 DSA_CASES = [("bf16", 1, 64, 512, T, 2048, 512) for T in gkt.CONTEXTS] + [
-    ("bf16", 512, 16, 576, 4224, 2048, 512), ("bf16", 3, 64, 576, 4096, 2048, 512), ("bf16", 1, 40, 72, 100, 77, 64),
-    ("bf16", 2, 128, 576, 700, 100, 512), ("bf16", 1, 16, 100, 64, 300, 64), ("f32", 1, 64, 576, 4096, 2048, 512),
-    ("f32", 2, 8, 96, 64, 300, 64)]
+    ("bf16", 512, 16, 576, 4224, 2048, 512),
+    ("bf16", 3, 64, 576, 4096, 2048, 512),
+    ("bf16", 1, 40, 72, 100, 77, 64),
+    ("bf16", 2, 128, 576, 700, 100, 512),
+    ("bf16", 1, 16, 100, 64, 300, 64),
+    ("f32", 1, 64, 576, 4096, 2048, 512),
+    ("f32", 2, 8, 96, 64, 300, 64),
+]
 
 
 @pytest.mark.parametrize("dt,S,H,D,T,K,V", DSA_CASES)
@@ -97,7 +109,7 @@ def test_dsa_launches_are_the_pass_dispatches(dt, S, H, D, T, K, V):
     """The pass's kernels for the site (the bench's decode shapes, its prefill chunk, the check
     cases), the f32-arithmetic ones (fma=True: the pass with tensor-cores=false) and the other
     split sizes the bench times; the combine returns f32 for either dtype (the tool's out buffer)."""
-    P, scale = dsa_to_cuda_kernel, D ** -0.5
+    P, scale = dsa_to_cuda_kernel, D**-0.5
     rows = kg.dsa_mma_rows(dt, S, D, V)
     variants = [(None, False, rows), (None, True, None)] + [(r, False, r) for r in (16, 64) if rows is not None]
     for bench_rows, fma, pass_rows in variants:
@@ -111,7 +123,8 @@ def test_dsa_launches_are_the_pass_dispatches(dt, S, H, D, T, K, V):
         assert rows == kg.DSA_MMA_ROWS_DECODE  # the benchmark times the tensor-core kernels
         launches = gkt.all_launches()
         assert (launches[f"dsa_partial_T{T}"], launches[f"dsa_combine_T{T}"]) == gkt.dsa_launches(
-            dt, S, H, D, T, K, V, scale)
+            dt, S, H, D, T, K, V, scale
+        )
 
 
 def test_moe_launches_are_the_pass_dispatches():
@@ -131,8 +144,10 @@ def test_moe_launches_are_the_pass_dispatches():
         assert kg.mxfp4_takes_gemm(True, T, kk) and kg.mxfp4_takes_gemm(True, None, kk)
         assert launches[f"moe_gemm_{name}"] == gkt.mxfp4_gemm_launch(T, kk, E, N, K)
         for t in (T, 3):
-            for gemm, launch in ((True, gkt.mxfp4_gemm_launch(t, kk, E, N, K)),
-                                 (False, gkt.mxfp4_launch(t, kk, E, N, K))):
+            for gemm, launch in (
+                (True, gkt.mxfp4_gemm_launch(t, kk, E, N, K)),
+                (False, gkt.mxfp4_launch(t, kk, E, N, K)),
+            ):
                 (d,) = _dispatches(P.function_text(True, E, N, K, kk, gemm), {"%t": t})
                 _same(launch, d)
     (d,) = _dispatches(P.function_text(False, 1, 100, 64, 1), {"%t": 5})
@@ -148,8 +163,12 @@ def test_topk_grids_are_the_pass_dispatches(rows, n, k):
     if kg.topk_is_small(n):
         forms.append((P.small_function_text(k), ("day0_topk_small",)))
     segs = kg.topk_segments(n)
-    constants = {"day0_topk_hist": (n, segs), "day0_topk_collect": (n, segs, k), "day0_topk_finish": (n, k),
-                 "day0_topk_small": (n, k)}
+    constants = {
+        "day0_topk_hist": (n, segs),
+        "day0_topk_collect": (n, segs, k),
+        "day0_topk_finish": (n, k),
+        "day0_topk_small": (n, k),
+    }
     for text, entries in forms:
         dispatches = _dispatches(text, {"%t": rows, "%n": n})
         assert tuple(d[1] for d in dispatches) == entries
@@ -186,9 +205,11 @@ def test_kernel_geometry_imports_nothing_but_the_standard_library():
     import subprocess
     import sys
 
-    code = ("import sys; import day0.lowering.kernel_geometry; "
-            "bad = sorted(m for m in ('iree', 'torch', 'numpy', 'day0.passes', 'day0.frontend') if m in sys.modules); "
-            "assert not bad, bad")
+    code = (
+        "import sys; import day0.lowering.kernel_geometry; "
+        "bad = sorted(m for m in ('iree', 'torch', 'numpy', 'day0.passes', 'day0.frontend') if m in sys.modules); "
+        "assert not bad, bad"
+    )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
 

@@ -131,8 +131,9 @@ def test_compiled_numerics_match_numpy(moe, tmp_path):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((7, K)).astype(np.float32)
     e = np.array([0, 3, 1, 1, 2, 0, 3], dtype=np.int64)
-    np.testing.assert_allclose(np.asarray(vm.function("prefill")(x, e).to_host()),
-                               _reference(params, x, e), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(
+        np.asarray(vm.function("prefill")(x, e).to_host()), _reference(params, x, e), rtol=1e-5, atol=1e-4
+    )
     for i in range(E):
         got = np.asarray(vm.function("decode")(x[:1], e[:1] * 0 + i).to_host())
         np.testing.assert_allclose(got, _reference(params, x[:1], [i]), rtol=1e-5, atol=1e-4)
@@ -143,11 +144,11 @@ def test_one_global_per_stack_at_flow(moe):
 
     _, _, text = moe
     before = compile_to_phase(_lower(text, "builtin.module(parameters-to-globals)"), "llvm-cpu", "flow")
-    after = compile_to_phase(_lower(text, "builtin.module(parameters-to-globals,hoist-parameter-stacks)"),
-                             "llvm-cpu", "flow")
+    after = compile_to_phase(
+        _lower(text, "builtin.module(parameters-to-globals,hoist-parameter-stacks)"), "llvm-cpu", "flow"
+    )
     # IREE's own hoisting computes a stack once per function that contains it ...
-    assert "__hoisted" in before and all(n >= 2 for n in _stacked_globals(before).values()), \
-        _stacked_globals(before)
+    assert "__hoisted" in before and all(n >= 2 for n in _stacked_globals(before).values()), _stacked_globals(before)
     # ... the pass computes each once, for both functions, and IREE hoists nothing more.
-    assert _stacked_globals(after) == {name: 1 for name in STACKS}
+    assert _stacked_globals(after) == dict.fromkeys(STACKS, 1)
     assert "__hoisted" not in after

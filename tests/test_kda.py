@@ -27,8 +27,9 @@ def test_recurrence_matches_transformers():
     from transformers.models.kimi_linear.modeling_kimi_linear import recurrent_kimi_delta_attention
 
     q, k, v, gate, beta, state = _inputs(20, 0)
-    want_o, want_s = recurrent_kimi_delta_attention(q[None], k[None], v[None], gate[None], beta[None],
-                                                    initial_state=state[None], output_final_state=True)
+    want_o, want_s = recurrent_kimi_delta_attention(
+        q[None], k[None], v[None], gate[None], beta[None], initial_state=state[None], output_final_state=True
+    )
     got_o, got_s = kda_recurrent(q, k, v, gate, beta, state)
     torch.testing.assert_close(got_o, want_o[0], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(got_s, want_s[0], rtol=1e-5, atol=1e-5)
@@ -60,8 +61,16 @@ def test_chunked_matches_transformers_chunk_form():
     from transformers.models.kimi_linear.modeling_kimi_linear import chunk_kimi_delta_attention
 
     q, k, v, gate, beta, state = _inputs(70, 3)
-    want_o, want_s = chunk_kimi_delta_attention(q[None], k[None], v[None], gate[None], beta[None], chunk_size=16,
-                                                initial_state=state[None], output_final_state=True)
+    want_o, want_s = chunk_kimi_delta_attention(
+        q[None],
+        k[None],
+        v[None],
+        gate[None],
+        beta[None],
+        chunk_size=16,
+        initial_state=state[None],
+        output_final_state=True,
+    )
     got_o, got_s = kda_chunked(q, k, v, gate, beta, state, chunk=16)
     torch.testing.assert_close(got_o, want_o[0], rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(got_s, want_s[0], rtol=1e-4, atol=1e-5)
@@ -87,8 +96,9 @@ def test_chunked_compiles_with_a_dynamic_length(shape):
     dyn = ({0: t}, {0: t}, {0: t}, {0: t}, {0: t}, None)
     m = fx.export_and_import(Chunked(), *_inputs(37, 1, h, k, v), output_type="raw", dynamic_shapes=dyn)
     assert "index_put" not in str(m) and "scatter" not in str(m).replace("slice_scatter", "")
-    vmfb = ireec.compile_str(str(m), input_type="torch", target_backends=["llvm-cpu"],
-                             extra_args=["--iree-llvmcpu-target-cpu=host"])
+    vmfb = ireec.compile_str(
+        str(m), input_type="torch", target_backends=["llvm-cpu"], extra_args=["--iree-llvmcpu-target-cpu=host"]
+    )
     f = rt.load_vm_flatbuffer(vmfb, backend="llvm-cpu")["main"]
     for T in (2, 16, 37, 112):
         args = _inputs(T, T + 1, h, k, v)
@@ -104,10 +114,18 @@ def _tiny_layers(seed: int = 0):
 
     from day0.models.kda import KdaAttention, checkpoint_state_dict
 
-    cfg = KimiLinearConfig(hidden_size=32, rms_norm_eps=1e-6,
-                           linear_attn_config={"head_dim": 8, "num_heads": 2, "short_conv_kernel_size": 4,
-                                               "kda_layers": [1], "full_attn_layers": [2]},
-                           num_hidden_layers=2)
+    cfg = KimiLinearConfig(
+        hidden_size=32,
+        rms_norm_eps=1e-6,
+        linear_attn_config={
+            "head_dim": 8,
+            "num_heads": 2,
+            "short_conv_kernel_size": 4,
+            "kda_layers": [1],
+            "full_attn_layers": [2],
+        },
+        num_hidden_layers=2,
+    )
     ref = KimiLinearDeltaAttention(cfg, layer_idx=0).float().eval()
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():

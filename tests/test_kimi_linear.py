@@ -8,7 +8,6 @@ import json
 import numpy as np
 import pytest
 import torch
-
 from parity_configs import DECODE_STEPS, PARITY, rel_err, sequence
 
 TOL = 1e-3
@@ -94,8 +93,11 @@ def _moonshot_layout(src, dst):
     (dst / "config.json").write_text(json.dumps(cfg))
     tensors = load_file(src / "model.safetensors")
     prefix = "model.layers.0.block_sparse_moe."
-    save_file({k.replace(prefix, "model.layers.0.mlp.") if k.startswith(prefix) else k: v
-               for k, v in tensors.items()}, dst / "model.safetensors", metadata={"format": "pt"})
+    save_file(
+        {k.replace(prefix, "model.layers.0.mlp.") if k.startswith(prefix) else k: v for k, v in tensors.items()},
+        dst / "model.safetensors",
+        metadata={"format": "pt"},
+    )
     return dst
 
 
@@ -165,29 +167,71 @@ DROP = object()  # a change that removes the field
 BAD_CONFIGS = [
     ({"layer_types": ["linear_attention", "sliding_attention"]}, "layer_types", "sliding_attention"),
     ({"layer_types": ["linear_attention"]}, "layer_types", "one entry per layer"),
-    ({"layer_types": DROP, "linear_attn_config": {"head_dim": 8, "num_heads": 4, "short_conv_kernel_size": 4,
-                                                  "kda_layers": [1], "full_attn_layers": []}},
-     "linear_attn_config", r"layers \[2\] .* neither"),
-    ({"layer_types": DROP, "linear_attn_config": {"head_dim": 8, "num_heads": 4, "short_conv_kernel_size": 4,
-                                                  "kda_layers": [0, 1], "full_attn_layers": [2]}},
-     "linear_attn_config", "1-based"),
+    (
+        {
+            "layer_types": DROP,
+            "linear_attn_config": {
+                "head_dim": 8,
+                "num_heads": 4,
+                "short_conv_kernel_size": 4,
+                "kda_layers": [1],
+                "full_attn_layers": [],
+            },
+        },
+        "linear_attn_config",
+        r"layers \[2\] .* neither",
+    ),
+    (
+        {
+            "layer_types": DROP,
+            "linear_attn_config": {
+                "head_dim": 8,
+                "num_heads": 4,
+                "short_conv_kernel_size": 4,
+                "kda_layers": [0, 1],
+                "full_attn_layers": [2],
+            },
+        },
+        "linear_attn_config",
+        "1-based",
+    ),
     ({"mla_use_nope": False}, "mla_use_nope", "NoPE"),
     ({"moe_router_activation_func": "softmax"}, "moe_router_activation_func", "only sigmoid"),
     ({"mlp_layer_types": ["dense", "moe"]}, "mlp_layer_types", "moe"),
     ({"hidden_act": "gelu"}, "hidden_act", "only silu"),
     ({"num_key_value_heads": 2}, "num_key_value_heads", "MLA"),
-    ({"linear_conv_kernel_dim": 1, "linear_attn_config": {"head_dim": 8, "num_heads": 4, "short_conv_kernel_size": 1,
-                                                          "kda_layers": [1], "full_attn_layers": [2]}},
-     "linear_attn_config.short_conv_kernel_size", "at least 2"),
+    (
+        {
+            "linear_conv_kernel_dim": 1,
+            "linear_attn_config": {
+                "head_dim": 8,
+                "num_heads": 4,
+                "short_conv_kernel_size": 1,
+                "kda_layers": [1],
+                "full_attn_layers": [2],
+            },
+        },
+        "linear_attn_config.short_conv_kernel_size",
+        "at least 2",
+    ),
     ({"num_expert_group": 3}, "num_expert_group", "divide"),
     ({"num_experts_per_token": 9}, "num_experts_per_token", "must be in"),
     # MXFP4 experts in the compressed-tensors layout load (kl-mxfp4); any other quantization does not
-    ({"quantization_config": {"quant_method": "fp8"}}, "quantization_config.quant_method",
-     "unsupported quant_method 'fp8'.*kimi_linear supports only compressed-tensors mxfp4"),
-    ({"quantization_config": {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized"}},
-     "quantization_config.format", "nvfp4-pack-quantized"),
-    ({"quantization_config": {"quant_method": "mxfp4"}}, "quantization_config",
-     "'mxfp4' experts are not supported for kimi_linear"),
+    (
+        {"quantization_config": {"quant_method": "fp8"}},
+        "quantization_config.quant_method",
+        "unsupported quant_method 'fp8'.*kimi_linear supports only compressed-tensors mxfp4",
+    ),
+    (
+        {"quantization_config": {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized"}},
+        "quantization_config.format",
+        "nvfp4-pack-quantized",
+    ),
+    (
+        {"quantization_config": {"quant_method": "mxfp4"}},
+        "quantization_config",
+        "'mxfp4' experts are not supported for kimi_linear",
+    ),
 ]
 
 

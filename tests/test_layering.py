@@ -69,13 +69,15 @@ def test_the_folders_import_only_downwards():
 def test_no_import_cycles():
     modules = _modules()
     # `from day0.runtime import state_file` inside day0.runtime.session names its own package: not an edge
-    graph = {n: {m for m in _imports(p, n, top_level_only=False) if m in modules and m != n and not n.startswith(m + ".")}
-             for n, p in modules.items()}
+    graph = {
+        n: {m for m in _imports(p, n, top_level_only=False) if m in modules and m != n and not n.startswith(m + ".")}
+        for n, p in modules.items()
+    }
     done, path = set(), []
 
     def visit(n):
         if n in path:
-            pytest.fail("import cycle: " + " -> ".join(path[path.index(n):] + [n]))
+            pytest.fail("import cycle: " + " -> ".join(path[path.index(n) :] + [n]))
         if n in done:
             return
         path.append(n)

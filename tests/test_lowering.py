@@ -46,18 +46,21 @@ def stacked_experts_module(num_experts: int = 4, n: int = 16, k: int = 8) -> str
     """out[i] = stack(experts)[idx[i]] @ x[i]: per-expert parameters stacked, then selected."""
     vt = f"!torch.vtensor<[{n},{k}],f32>"
     lines = ["module {"]
-    lines += [f'  util.global private @e{e} = #flow.parameter.named<"model"::"experts.{e}.weight">'
-              f" : tensor<{n}x{k}xf32>" for e in range(num_experts)]
-    lines.append(f"  func.func @main(%x: !torch.vtensor<[2,{k},1],f32>, %idx: !torch.vtensor<[2],si64>)"
-                 f" -> !torch.vtensor<[2,{n},1],f32> {{")
+    lines += [
+        f'  util.global private @e{e} = #flow.parameter.named<"model"::"experts.{e}.weight"> : tensor<{n}x{k}xf32>'
+        for e in range(num_experts)
+    ]
+    lines.append(
+        f"  func.func @main(%x: !torch.vtensor<[2,{k},1],f32>, %idx: !torch.vtensor<[2],si64>)"
+        f" -> !torch.vtensor<[2,{n},1],f32> {{"
+    )
     for e in range(num_experts):
         lines.append(f"    %l{e} = util.global.load @e{e} : tensor<{n}x{k}xf32>")
         lines.append(f"    %t{e} = torch_c.from_builtin_tensor %l{e} : tensor<{n}x{k}xf32> -> {vt}")
     experts = ", ".join(f"%t{e}" for e in range(num_experts))
     lines += [
         "    %int0 = torch.constant.int 0",
-        f"    %list = torch.prim.ListConstruct {experts} : ({', '.join([vt] * num_experts)})"
-        " -> !torch.list<vtensor>",
+        f"    %list = torch.prim.ListConstruct {experts} : ({', '.join([vt] * num_experts)}) -> !torch.list<vtensor>",
         f"    %stack = torch.aten.stack %list, %int0 : !torch.list<vtensor>, !torch.int"
         f" -> !torch.vtensor<[{num_experts},{n},{k}],f32>",
         f"    %sel = torch.aten.index_select %stack, %int0, %idx : !torch.vtensor<[{num_experts},{n},{k}],f32>,"
@@ -150,8 +153,7 @@ def test_stacked_experts_are_hoisted_into_an_initializer():
     assert "flow.tensor.update" not in main  # no per-call stacking copies
     assert len(re.findall(r"flow\.dispatch @", main)) == 1  # gather fused into the matvec
     # With hoisting off, the stack is rebuilt inside every call.
-    flow_off = compile_to_phase(stacked_experts_module(), "llvm-cpu", "flow",
-                                ["--iree-opt-const-expr-hoisting=false"])
+    flow_off = compile_to_phase(stacked_experts_module(), "llvm-cpu", "flow", ["--iree-opt-const-expr-hoisting=false"])
     assert "util.initializer" not in flow_off
     assert "flow.tensor.update" in flow_off.split("util.func public @main$async", 1)[1]
 
@@ -159,12 +161,16 @@ def test_stacked_experts_are_hoisted_into_an_initializer():
 def test_attach_device_targets_module_forms():
     entry = "hal.device.targets = [#t]"
     assert attach_device_targets("module {\n}\n", "#t").startswith(f"module attributes {{{entry}}} {{")
-    assert attach_device_targets("#map = affine_map<(d0) -> (d0)>\nmodule @m {\n}\n", "#t") \
-        .splitlines()[1] == f"module @m attributes {{{entry}}} {{"
-    assert attach_device_targets("module attributes {torch.x = 1} {\n}\n", "#t") \
-        .startswith(f"module attributes {{{entry}, torch.x = 1}} {{")
-    assert attach_device_targets("func.func @f() {\n  return\n}\n", "#t") \
-        .startswith(f"module attributes {{{entry}}} {{\nfunc.func @f()")
+    assert (
+        attach_device_targets("#map = affine_map<(d0) -> (d0)>\nmodule @m {\n}\n", "#t").splitlines()[1]
+        == f"module @m attributes {{{entry}}} {{"
+    )
+    assert attach_device_targets("module attributes {torch.x = 1} {\n}\n", "#t").startswith(
+        f"module attributes {{{entry}, torch.x = 1}} {{"
+    )
+    assert attach_device_targets("func.func @f() {\n  return\n}\n", "#t").startswith(
+        f"module attributes {{{entry}}} {{\nfunc.func @f()"
+    )
     with pytest.raises(ValueError, match="already"):
         attach_device_targets(f"module attributes {{{entry}}} {{\n}}\n", "#t")
 

@@ -85,7 +85,11 @@ def test_bf16_terms_match_float64(tmp_path: Path, terms, bound):
 def test_bf16_terms_run_on_tensor_cores(tmp_path: Path):
     from day0.lowering.compile import compile_mlir
 
-    compile_mlir(_rewritten(3), "cuda-sm90", tmp_path / "m.vmfb",
-                 extra_flags=[f"--iree-hal-dump-executable-intermediates-to={tmp_path / 'ir'}"])
+    compile_mlir(
+        _rewritten(3),
+        "cuda-sm90",
+        tmp_path / "m.vmfb",
+        extra_flags=[f"--iree-hal-dump-executable-intermediates-to={tmp_path / 'ir'}"],
+    )
     llvm_ir = "".join(p.read_text() for p in (tmp_path / "ir").glob("*.optimized.ll"))
     assert "@llvm.nvvm.mma.m16n8k16.row.col.bf16" in llvm_ir  # mma.sync on bf16, f32 accumulators

@@ -23,8 +23,7 @@ def codes_of(packed):
 
 
 def test_e2m1_table_is_ml_dtypes_float4_e2m1fn():
-    assert E2M1_VALUES == (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
-                           -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
+    assert E2M1_VALUES == (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
     decoded = np.arange(16, dtype=np.uint8).view(ml_dtypes.float4_e2m1fn).astype(np.float32)
     assert np.array_equal(decoded, np.array(E2M1_VALUES, np.float32))
     assert np.array_equal(np.signbit(decoded), np.arange(16) >= 8)  # codes 8.. are negative, -0 too
@@ -53,19 +52,24 @@ def test_bf16_input():
 
 
 # Scale 2^0 (a 4 in the block, so floor(log2 4) - 2 = 0): elements round on the E2M1 grid itself.
-@pytest.mark.parametrize("x, want", [
-    (0.25, 0.0),    # tie 0 | 0.5 -> even mantissa 0
-    (0.26, 0.5),
-    (0.75, 1.0),    # tie 0.5 | 1 -> 1 (even); [0.75, 1) must not become 0 (IREE truncf does)
-    (0.8, 1.0), (0.99, 1.0),
-    (1.25, 1.0),    # tie 1 | 1.5 -> 1
-    (1.75, 2.0),    # tie 1.5 | 2 -> 2
-    (2.5, 2.0),     # tie 2 | 3 -> 2
-    (3.5, 4.0),     # tie 3 | 4 -> 4
-    (5.0, 4.0),     # tie 4 | 6 -> 4
-    (5.01, 6.0),
-    (-0.75, -1.0), (-5.0, -4.0),
-])
+@pytest.mark.parametrize(
+    "x, want",
+    [
+        (0.25, 0.0),  # tie 0 | 0.5 -> even mantissa 0
+        (0.26, 0.5),
+        (0.75, 1.0),  # tie 0.5 | 1 -> 1 (even); [0.75, 1) must not become 0 (IREE truncf does)
+        (0.8, 1.0),
+        (0.99, 1.0),
+        (1.25, 1.0),  # tie 1 | 1.5 -> 1
+        (1.75, 2.0),  # tie 1.5 | 2 -> 2
+        (2.5, 2.0),  # tie 2 | 3 -> 2
+        (3.5, 4.0),  # tie 3 | 4 -> 4
+        (5.0, 4.0),  # tie 4 | 6 -> 4
+        (5.01, 6.0),
+        (-0.75, -1.0),
+        (-5.0, -4.0),
+    ],
+)
 def test_round_to_nearest_even(x, want):
     out = dequantize(*quantize(block(4.0, x)))
     assert out[0, 1] == want
@@ -78,12 +82,22 @@ def test_saturation_to_six():
     assert list(dequantize(packed, scales)[0, :4]) == [6.0, -6.0, 6.0, 6.0]
 
 
-@pytest.mark.parametrize("amax, x", [
-    (1.0, -2), (0.99, -3), (6.0, 0), (7.99, 0), (8.0, 1), (3 * 2.0**100, 99),
-    (2.0**-120, -122), (2.0**-125, -127), (2.0**-130, -127),  # clamped at E8M0's minimum
-    (2.0**-140, -127),  # a float32 subnormal
-    (3.0e38, 125),
-])
+@pytest.mark.parametrize(
+    "amax, x",
+    [
+        (1.0, -2),
+        (0.99, -3),
+        (6.0, 0),
+        (7.99, 0),
+        (8.0, 1),
+        (3 * 2.0**100, 99),
+        (2.0**-120, -122),
+        (2.0**-125, -127),
+        (2.0**-130, -127),  # clamped at E8M0's minimum
+        (2.0**-140, -127),  # a float32 subnormal
+        (3.0e38, 125),
+    ],
+)
 def test_scale_is_the_spec_formula(amax, x):
     """X = floor(log2(max|v|)) - emax(E2M1)=2, clamped to [-127, 127]; byte = X + 127."""
     packed, scales = quantize(block(0.1 * amax, -amax, 0.5 * amax))
@@ -121,8 +135,12 @@ def test_matches_the_torch_reference_dequantize():
     theirs = mxfp4_dequantize(torch.from_numpy(packed), torch.from_numpy(scales)).numpy()
     assert np.array_equal(ours, theirs)
     # codes through ml_dtypes directly: same rounding as ours, element by element
-    direct = (np.ldexp(w.reshape(3, 8, 3, 32), -(scales.astype(np.int32) - 127)[..., None])
-              .astype(ml_dtypes.float4_e2m1fn).view(np.uint8) & 0x0F).reshape(3, 8, 96)
+    direct = (
+        np.ldexp(w.reshape(3, 8, 3, 32), -(scales.astype(np.int32) - 127)[..., None])
+        .astype(ml_dtypes.float4_e2m1fn)
+        .view(np.uint8)
+        & 0x0F
+    ).reshape(3, 8, 96)
     assert np.array_equal(codes_of(packed), direct)
     # error bound: half the widest E2M1 gap (4 -> 6) is 1, saturation of [6, 8) costs up to 2
     unit = np.ldexp(1.0, scales.astype(np.int32) - 127).repeat(32, axis=-1)
@@ -151,11 +169,17 @@ def test_non_finite_is_rejected():
 def test_shape_disagreement_names_both_tensors():
     assert check_pair("a.weight_packed", (8, 32), "a.weight_scale", (8, 2)) == 64
     assert check_pair("x_blocks", (4, 8, 2, 16), "x_scales", (4, 8, 2), K_expected=64) == 64
-    with pytest.raises(Mxfp4Error, match=r"a.weight_packed \(shape \(8, 32\)\) and a.weight_scale "
-                                         r"\(shape \(8, 3\)\) disagree"):
+    with pytest.raises(
+        Mxfp4Error,
+        match=r"a.weight_packed \(shape \(8, 32\)\) and a.weight_scale "
+        r"\(shape \(8, 3\)\) disagree",
+    ):
         check_pair("a.weight_packed", (8, 32), "a.weight_scale", (8, 3))
-    with pytest.raises(Mxfp4Error, match=r"x_blocks \(shape \(4, 8, 2, 16\)\) and x_scales "
-                                         r"\(shape \(4, 9, 2\)\) disagree"):
+    with pytest.raises(
+        Mxfp4Error,
+        match=r"x_blocks \(shape \(4, 8, 2, 16\)\) and x_scales "
+        r"\(shape \(4, 9, 2\)\) disagree",
+    ):
         check_pair("x_blocks", (4, 8, 2, 16), "x_scales", (4, 9, 2))
     with pytest.raises(Mxfp4Error, match="leading dimensions"):
         check_pair("p", (8, 32), "s", (7, 2))
@@ -182,15 +206,29 @@ def test_quant_method_of():
     assert ct["ignore"] == ["lm_head"] and ct["config_groups"]["group_0"]["weights"]["group_size"] == 32
 
 
-@pytest.mark.parametrize("qc, field", [
-    ({"quant_method": "fp8", "fmt": "e4m3"}, "quantization_config.quant_method"),
-    ({"quant_method": "compressed-tensors", "format": "pack-quantized"}, "quantization_config.format"),
-    ({"quant_method": "compressed-tensors", "format": "mixed-precision",
-      "config_groups": {"g": {"format": "float-quantized"}}}, "quantization_config.config_groups.g.format"),
-    ({"quant_method": "compressed-tensors", "format": "mxfp4-pack-quantized",
-      "config_groups": {"g": {"weights": {"num_bits": 8}}}},
-     "quantization_config.config_groups.g.weights.num_bits"),
-])
+@pytest.mark.parametrize(
+    "qc, field",
+    [
+        ({"quant_method": "fp8", "fmt": "e4m3"}, "quantization_config.quant_method"),
+        ({"quant_method": "compressed-tensors", "format": "pack-quantized"}, "quantization_config.format"),
+        (
+            {
+                "quant_method": "compressed-tensors",
+                "format": "mixed-precision",
+                "config_groups": {"g": {"format": "float-quantized"}},
+            },
+            "quantization_config.config_groups.g.format",
+        ),
+        (
+            {
+                "quant_method": "compressed-tensors",
+                "format": "mxfp4-pack-quantized",
+                "config_groups": {"g": {"weights": {"num_bits": 8}}},
+            },
+            "quantization_config.config_groups.g.weights.num_bits",
+        ),
+    ],
+)
 def test_unknown_quantization_is_rejected_naming_the_field(qc, field):
     with pytest.raises(Mxfp4Error, match=f"config.json: field '{field}'"):
         mxfp4.quant_method_of({"quantization_config": qc})

@@ -5,7 +5,6 @@ teacher-forced over a prefill and 16 decode steps, greedy generation, multi-turn
 import numpy as np
 import pytest
 import torch
-
 from parity_configs import DECODE_STEPS, PARITY, rel_err, sequence
 
 TOL = 1e-3

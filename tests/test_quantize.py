@@ -16,8 +16,12 @@ from safetensors.torch import save_file
 
 from day0.models.checkpoint import Checkpoint
 from day0.models.mxfp4 import (
-    Mxfp4Error, compressed_tensors_quantization_config, dequantize, gpt_oss_blocks_to_packed,
-    gpt_oss_quantization_config, quantize,
+    Mxfp4Error,
+    compressed_tensors_quantization_config,
+    dequantize,
+    gpt_oss_blocks_to_packed,
+    gpt_oss_quantization_config,
+    quantize,
 )
 from day0.models.quantize import dequantize_checkpoint, quantize_checkpoint
 
@@ -44,9 +48,14 @@ def deepseek(tmp_path_factory):
     from day0.tools.checkpoints.demo import tiny_deepseek_v32_config, write_tiny_checkpoint
 
     work = tmp_path_factory.mktemp("quantize-ds")
-    src = write_tiny_checkpoint(work / "src", tiny_deepseek_v32_config(hidden_size=64,
-                                moe_intermediate_size=32, n_routed_experts=4, n_group=2,
-                                num_experts_per_tok=2), seed=5, max_shard_size="100KB")
+    src = write_tiny_checkpoint(
+        work / "src",
+        tiny_deepseek_v32_config(
+            hidden_size=64, moe_intermediate_size=32, n_routed_experts=4, n_group=2, num_experts_per_tok=2
+        ),
+        seed=5,
+        max_shard_size="100KB",
+    )
     dst = quantize_checkpoint(src, work / "mxfp4", "compressed-tensors")
     return src, dst
 
@@ -56,9 +65,17 @@ def gpt_oss(tmp_path_factory):
     from transformers import GptOssConfig, GptOssForCausalLM
 
     work = tmp_path_factory.mktemp("quantize-gpt-oss")
-    config = GptOssConfig(hidden_size=64, intermediate_size=64, num_local_experts=4,
-                          num_experts_per_tok=2, num_hidden_layers=2, head_dim=16,
-                          num_attention_heads=4, num_key_value_heads=2, vocab_size=128)
+    config = GptOssConfig(
+        hidden_size=64,
+        intermediate_size=64,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        num_hidden_layers=2,
+        head_dim=16,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=128,
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         model = GptOssForCausalLM(config).to(torch.float32).eval()
@@ -115,8 +132,7 @@ def test_dequantize_checkpoint_compressed_tensors(deepseek, tmp_path):
         else:
             assert same_bytes(restored[name], t), name
     assert "quantization_config" not in json.loads((back / "config.json").read_text())
-    model, info = DeepseekV32ForCausalLM.from_pretrained(back, dtype=torch.float32,
-                                                         output_loading_info=True)
+    model, info = DeepseekV32ForCausalLM.from_pretrained(back, dtype=torch.float32, output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"]
     experts = model.model.layers[1].mlp.experts  # transformers fuses: gate_up [E, 2I, H], down [E, H, I]
     for e in range(4):
@@ -144,19 +160,22 @@ def test_gpt_oss_layout_loads_in_transformers(gpt_oss, tmp_path):
 
     # transformers on CPU: dequantize=True skips the triton/kernels path (no device_map needed);
     # the dequantized weights land in the dtype asked for.
-    model = GptOssForCausalLM.from_pretrained(dst, quantization_config=Mxfp4Config(dequantize=True),
-                                              dtype=torch.float32).eval()
+    model = GptOssForCausalLM.from_pretrained(
+        dst, quantization_config=Mxfp4Config(dequantize=True), dtype=torch.float32
+    ).eval()
     for layer in range(2):
         experts = model.model.layers[layer].mlp.experts
         for proj in ("gate_up_proj", "down_proj"):
             name = f"model.layers.{layer}.mlp.experts.{proj}"
-            ours = dequantize(gpt_oss_blocks_to_packed(after[name + "_blocks"].numpy()),
-                              after[name + "_scales"].numpy()).transpose(0, 2, 1)
+            ours = dequantize(
+                gpt_oss_blocks_to_packed(after[name + "_blocks"].numpy()), after[name + "_scales"].numpy()
+            ).transpose(0, 2, 1)
             theirs = getattr(experts, proj).detach()
             assert theirs.dtype == torch.float32
             assert np.array_equal(theirs.numpy(), ours), name
-            assert np.array_equal(ours, dequantize(*quantize(
-                before[name].numpy().transpose(0, 2, 1).copy())).transpose(0, 2, 1))
+            assert np.array_equal(
+                ours, dequantize(*quantize(before[name].numpy().transpose(0, 2, 1).copy())).transpose(0, 2, 1)
+            )
 
     # our dequantized checkpoint loads with plain from_pretrained and gives the same logits
     back = dequantize_checkpoint(dst, tmp_path / "f32")
@@ -171,16 +190,24 @@ def _bad_checkpoint(path: Path) -> Path:
     """A per-expert checkpoint whose expert `in` (48) is not a multiple of 32."""
     path.mkdir()
     (path / "config.json").write_text(json.dumps({"model_type": "deepseek_v32"}))
-    save_file({EXPERT.format(e=0, p="gate") + ".weight": torch.ones(32, 48),
-               EXPERT.format(e=0, p="down") + ".weight": torch.ones(48, 32),
-               "model.norm.weight": torch.ones(48)}, str(path / "model.safetensors"))
+    save_file(
+        {
+            EXPERT.format(e=0, p="gate") + ".weight": torch.ones(32, 48),
+            EXPERT.format(e=0, p="down") + ".weight": torch.ones(48, 32),
+            "model.norm.weight": torch.ones(48),
+        },
+        str(path / "model.safetensors"),
+    )
     return path
 
 
 def test_k_not_multiple_of_32_writes_nothing(tmp_path):
     src = _bad_checkpoint(tmp_path / "bad")
-    with pytest.raises(Mxfp4Error, match=r"tensor model.layers.1.mlp.experts.0.gate_proj.weight .*"
-                                         r"input dimension 48 is not a multiple of 32"):
+    with pytest.raises(
+        Mxfp4Error,
+        match=r"tensor model.layers.1.mlp.experts.0.gate_proj.weight .*"
+        r"input dimension 48 is not a multiple of 32",
+    ):
         quantize_checkpoint(src, tmp_path / "out", "compressed-tensors")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad"]  # no dst, no temp dir
 
@@ -203,16 +230,14 @@ def test_layout_must_fit_the_checkpoint(deepseek, gpt_oss, tmp_path):
 
 def test_cli_quantize(deepseek, tmp_path):
     src, dst = deepseek
-    r = subprocess.run([DAY0, "quantize", str(src), "-o", str(tmp_path / "q")],
-                       capture_output=True, text=True)
+    r = subprocess.run([DAY0, "quantize", str(src), "-o", str(tmp_path / "q")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "quant_method compressed-tensors" in r.stdout
     for f in Checkpoint.open(dst).files:  # deterministic: same bytes as the library call
         assert (tmp_path / "q" / f.name).read_bytes() == f.read_bytes()
 
     bad = _bad_checkpoint(tmp_path / "bad")
-    r = subprocess.run([DAY0, "quantize", str(bad), "-o", str(tmp_path / "out")],
-                       capture_output=True, text=True)
+    r = subprocess.run([DAY0, "quantize", str(bad), "-o", str(tmp_path / "out")], capture_output=True, text=True)
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("day0: error: tensor ") and "multiple of 32" in lines[0]
@@ -227,11 +252,15 @@ def test_dequantize_pairs_split_across_shards_and_scale_ff(tmp_path):
 
     def write(path: Path, scales: np.ndarray) -> Path:
         path.mkdir()
-        config = {"model_type": "deepseek_v32",
-                  "quantization_config": compressed_tensors_quantization_config(["lm_head"])}
+        config = {
+            "model_type": "deepseek_v32",
+            "quantization_config": compressed_tensors_quantization_config(["lm_head"]),
+        }
         (path / "config.json").write_text(json.dumps(config))
-        save_file({f"{module}.weight_packed": torch.from_numpy(packed), "lm_head.weight": torch.ones(4, 4)},
-                  str(path / "a.safetensors"))
+        save_file(
+            {f"{module}.weight_packed": torch.from_numpy(packed), "lm_head.weight": torch.ones(4, 4)},
+            str(path / "a.safetensors"),
+        )
         save_file({f"{module}.weight_scale": torch.from_numpy(scales)}, str(path / "b.safetensors"))
         return path
 

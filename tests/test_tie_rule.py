@@ -10,8 +10,7 @@ from day0.models.dsa_indexer import select_topk
 
 
 def test_eager_lower_index_wins_ties():
-    scores = torch.tensor([[1.0, 3.0, 3.0, 0.0, 3.0, 1.0],
-                           [0.0, 0.0, 0.0, 0.0, 0.0, 0.0]])
+    scores = torch.tensor([[1.0, 3.0, 3.0, 0.0, 3.0, 1.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0]])
     assert select_topk(scores, 4).tolist() == [[1, 2, 4, 0], [0, 1, 2, 3]]
 
 

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from day0.tools.checkpoints.demo import DEMO_CONFIG, build_byte_tokenizer
 from day0.runtime.tokenizer import REPLACEMENT, TokenizerError, load_tokenizer
+from day0.tools.checkpoints.demo import DEMO_CONFIG, build_byte_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def test_empty(tok):
 def test_bytes_are_their_own_ids(tok):
     # One token per byte where no merge applies: id == byte value.
     assert tok.encode("Q") == [ord("Q")]
-    assert tok.encode("é") == list("é".encode("utf-8"))
+    assert tok.encode("é") == list("é".encode())
     assert tok.encode("\x00") == [0]
 
 

@@ -51,8 +51,7 @@ CASES = {
     "whole_row": (_TopK(16), (torch.zeros(8, 16),), None),
     "rank1": (_TopK(7), (torch.zeros(40),), None),
     "rank3": (_TopK(4), (torch.zeros(3, 2, 20),), ({0: _dim("b")},)),
-    "masked_pair": (_MaskedPair(), (torch.zeros(12, N), torch.zeros(12, N)),
-                    ({0: _dim("s")}, {0: _dim("s")})),
+    "masked_pair": (_MaskedPair(), (torch.zeros(12, N), torch.zeros(12, N)), ({0: _dim("s")}, {0: _dim("s")})),
 }
 
 

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 from safetensors.numpy import save_file
+from test_lowering import LINEAR, stacked_experts_module
 
 from day0.lowering.compile import compile_mlir
 from day0.runtime.vm import VmModule
-from test_lowering import LINEAR, stacked_experts_module
 
 # new_cache = cache.index_copy(0, pos, x[None]); also returns new_cache.sum(0).
 # (torch-mlir's raw import of that torch code, verbatim.)
@@ -94,8 +94,9 @@ def test_stacked_experts_across_shards(tmp_path):
     save_file({f"experts.{e}.weight": experts[e] for e in (0, 1)}, tmp_path / "a.safetensors")
     save_file({f"experts.{e}.weight": experts[e] for e in (2, 3)}, tmp_path / "b.safetensors")
     compile_mlir(stacked_experts_module(), "llvm-cpu", tmp_path / "moe.vmfb")
-    vm = VmModule.load(tmp_path / "moe.vmfb", [tmp_path / "a.safetensors", tmp_path / "b.safetensors"],
-                       device="local-sync")
+    vm = VmModule.load(
+        tmp_path / "moe.vmfb", [tmp_path / "a.safetensors", tmp_path / "b.safetensors"], device="local-sync"
+    )
     main = vm.function("main")
     x = rng.standard_normal((2, 8, 1), dtype=np.float32)
     for idx in ([3, 0], [1, 2]):

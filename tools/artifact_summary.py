@@ -1,14 +1,21 @@
 """`day0 inspect`: what a person wants to know about an artifact, from its manifest.
 
-    summary_text(dir, manifest)  the readable form (default)
-    summary_json(manifest)       the same facts as JSON (`--json`), for scripts
+summary_text(dir, manifest)  the readable form (default)
+summary_json(manifest)       the same facts as JSON (`--json`), for scripts
 """
 
 from pathlib import Path
 
 # config.json fields that say how big a model is, shown when the checkpoint has them
-_SIZE_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "n_routed_experts", "num_local_experts",
-                "num_experts_per_tok", "vocab_size")
+_SIZE_FIELDS = (
+    "num_hidden_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "n_routed_experts",
+    "num_local_experts",
+    "num_experts_per_tok",
+    "vocab_size",
+)
 
 
 def summary_json(m) -> dict:
@@ -19,12 +26,23 @@ def summary_json(m) -> dict:
         "devices": list(m.devices),
         "max_seq_len": m.max_seq_len,
         "vocab_size": m.vocab_size,
-        "entry_points": {name: {"inputs": list(e.inputs), "outputs": list(e.outputs), "min_len": e.min_len,
-                                "static_len": e.static_len} for name, e in m.entry_points.items()},
+        "entry_points": {
+            name: {
+                "inputs": list(e.inputs),
+                "outputs": list(e.outputs),
+                "min_len": e.min_len,
+                "static_len": e.static_len,
+            }
+            for name, e in m.entry_points.items()
+        },
         "state": {s.name: list(s.shape) for s in m.state},
         "state_bytes": m.state_bytes(),
-        "parameters": {"base_dir": m.parameters.base_dir, "count": m.parameters.count,
-                       "files": [f.path for f in m.parameters.files], "bytes": m.parameters.nbytes},
+        "parameters": {
+            "base_dir": m.parameters.base_dir,
+            "count": m.parameters.count,
+            "files": [f.path for f in m.parameters.files],
+            "bytes": m.parameters.nbytes,
+        },
         "compile_flags": list(m.compile_flags),
         "tools": m.tools,
     }
@@ -68,8 +86,10 @@ def summary_text(artifact_dir: Path, m) -> str:
     for kind, specs in by_kind.items():
         dtypes = "/".join(sorted({s.dtype for s in specs}))
         shapes = sorted({"x".join(map(str, s.shape)) for s in specs})
-        lines.append(f"                {kind:<14} {len(specs):>3} x [{', '.join(shapes)}] {dtypes:<9} "
-                     f"{size(sum(s.nbytes for s in specs))}")
+        lines.append(
+            f"                {kind:<14} {len(specs):>3} x [{', '.join(shapes)}] {dtypes:<9} "
+            f"{size(sum(s.nbytes for s in specs))}"
+        )
     lines.append(f"compile flags {' '.join(m.compile_flags)}")
     lines.append(f"tools         {', '.join(f'{k} {v}' for k, v in m.tools.items())}")
     return "\n".join(lines)

@@ -21,9 +21,7 @@ from day0.passes.base import Diagnostic, PassError, PipelineError, file_position
 from day0.passes.pipeline import parse_pipeline, run_pipeline
 
 SPLIT_MARKER = re.compile(r"^// -----\s*$", re.MULTILINE)
-EXPECTED = re.compile(
-    r"expected-(error|warning|note|remark)\s*(?:@(above|below|[+-]\d+))?\s*\{\{(.*?)\}\}"
-)
+EXPECTED = re.compile(r"expected-(error|warning|note|remark)\s*(?:@(above|below|[+-]\d+))?\s*\{\{(.*?)\}\}")
 
 
 @dataclass
@@ -115,8 +113,11 @@ def verify(diags: list[Diagnostic], expected: list[Expected], filename: str) -> 
     problems = []
     for d in diags:
         match = next(
-            (x for x in expected if not x.seen and x.severity == d.severity and x.line == d.line
-             and x.text in d.message),
+            (
+                x
+                for x in expected
+                if not x.seen and x.severity == d.severity and x.line == d.line and x.text in d.message
+            ),
             None,
         )
         if match is None:
@@ -126,7 +127,7 @@ def verify(diags: list[Diagnostic], expected: list[Expected], filename: str) -> 
     for x in expected:
         if not x.seen:
             problems.append(
-                f"{filename}:{x.annotation_line}: error: expected {x.severity} \"{x.text}\" "
+                f'{filename}:{x.annotation_line}: error: expected {x.severity} "{x.text}" '
                 f"was not produced (at line {x.line})"
             )
     return problems

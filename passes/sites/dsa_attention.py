@@ -50,8 +50,7 @@ def match_dsa_attention(op: Operation, diag: DiagnosticEngine) -> DsaAttentionSi
 def dsa_attention_site(op: Operation) -> DsaAttentionSite:
     """The site of `op`, or Broken."""
     q_v, kv_v, idx_v, scale_v, vdim_v = operands(op, ("q", "kv", "indices", "scale", "value_dim"))
-    q, kv, idx, out = ranked_vtensors((("q", q_v, 3), ("kv", kv_v, 2), ("indices", idx_v, 2),
-                                       ("result", op.result, 3)))
+    q, kv, idx, out = ranked_vtensors((("q", q_v, 3), ("kv", kv_v, 2), ("indices", idx_v, 2), ("result", op.result, 3)))
     if idx.dtype not in INDEX_DTYPES:
         raise Broken(f"indices must be integers (si64 or si32), got {idx.dtype}")
     if q.dtype not in FLOAT_DTYPES or kv.dtype != q.dtype:

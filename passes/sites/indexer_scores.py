@@ -54,7 +54,9 @@ def indexer_scores_site(op: Operation) -> IndexerScoresSite:
     if None in (H, D, Dk):
         raise Broken("H and D must be static (the query count S and key count T may be dynamic)")
     if Dk != D or w.dims != (S, H) or out.dims != (S, T):
-        raise Broken(f"shapes disagree: q {fmt_dims(q.dims)}, keys {fmt_dims(keys.dims)}, weights "
-                     f"{fmt_dims(w.dims)}, result {fmt_dims(out.dims)}")
+        raise Broken(
+            f"shapes disagree: q {fmt_dims(q.dims)}, keys {fmt_dims(keys.dims)}, weights "
+            f"{fmt_dims(w.dims)}, result {fmt_dims(out.dims)}"
+        )
     scale = constant(scale_v, "torch.constant.float", "scale")
     return IndexerScoresSite(op, S, H, D, T, keys.dtype, scale)

@@ -70,8 +70,7 @@ def mxfp4_site(op: Operation) -> Mxfp4Site:
         raise Broken(f"packed has {half} bytes a row, expected K/2 = {K // 2} for x's K={K}")
     want_scales = (*E, N, K // 32)
     if scales.dims != want_scales:
-        raise Broken(f"scales must be {fmt_dims(want_scales)} (one byte per 32 values), "
-                     f"got {fmt_dims(scales.dims)}")
+        raise Broken(f"scales must be {fmt_dims(want_scales)} (one byte per 32 values), got {fmt_dims(scales.dims)}")
     if not moe:
         out = rest[0]
         if out.dtype != "f32" or out.dims != (lead, N):

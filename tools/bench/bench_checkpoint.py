@@ -31,18 +31,50 @@ import numpy as np
 
 # The e2e benchmark model; transformers' defaults for everything it does not name.
 CONFIGS = {
-    "e2e": dict(vocab_size=32000, hidden_size=2048, num_hidden_layers=12, num_attention_heads=16,
-                num_key_value_heads=16, q_lora_rank=768, kv_lora_rank=512, qk_nope_head_dim=128,
-                qk_rope_head_dim=64, v_head_dim=128, n_routed_experts=64, num_experts_per_tok=8,
-                moe_intermediate_size=1024, n_shared_experts=1, first_k_dense_replace=1,
-                index_n_heads=16, index_head_dim=128, index_topk=2048),
+    "e2e": dict(
+        vocab_size=32000,
+        hidden_size=2048,
+        num_hidden_layers=12,
+        num_attention_heads=16,
+        num_key_value_heads=16,
+        q_lora_rank=768,
+        kv_lora_rank=512,
+        qk_nope_head_dim=128,
+        qk_rope_head_dim=64,
+        v_head_dim=128,
+        n_routed_experts=64,
+        num_experts_per_tok=8,
+        moe_intermediate_size=1024,
+        n_shared_experts=1,
+        first_k_dense_replace=1,
+        index_n_heads=16,
+        index_head_dim=128,
+        index_topk=2048,
+    ),
     # the CPU test of the whole e2e path (tests/test_bench_gpu.py)
-    "tiny": dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                 num_attention_heads=4, num_key_value_heads=4, q_lora_rank=32, kv_lora_rank=32,
-                 qk_nope_head_dim=16, qk_rope_head_dim=16, v_head_dim=16, n_routed_experts=8,
-                 num_experts_per_tok=2, moe_intermediate_size=32, n_shared_experts=1,
-                 first_k_dense_replace=1, n_group=2, topk_group=1, index_n_heads=16,
-                 index_head_dim=32, index_topk=16),
+    "tiny": dict(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        q_lora_rank=32,
+        kv_lora_rank=32,
+        qk_nope_head_dim=16,
+        qk_rope_head_dim=16,
+        v_head_dim=16,
+        n_routed_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+        n_shared_experts=1,
+        first_k_dense_replace=1,
+        n_group=2,
+        topk_group=1,
+        index_n_heads=16,
+        index_head_dim=32,
+        index_topk=16,
+    ),
 }
 SHARD_BYTES = 1 << 30
 CHUNK = 1 << 26  # elements generated at a time
@@ -62,8 +94,11 @@ def raw_config(name: str) -> tuple[dict, list]:
     raw.pop("_name_or_path", None)
     raw["architectures"] = ["DeepseekV32ForCausalLM"]
     tensors = _tensors(dict(raw, quantization_config=compressed_tensors_quantization_config()))
-    ignore = sorted(n.removesuffix(".weight") for n, (shape, kind) in tensors
-                    if n.endswith(".weight") and kind == "bf16" and len(shape) == 2 and "embed_tokens" not in n)
+    ignore = sorted(
+        n.removesuffix(".weight")
+        for n, (shape, kind) in tensors
+        if n.endswith(".weight") and kind == "bf16" and len(shape) == 2 and "embed_tokens" not in n
+    )
     raw["quantization_config"] = compressed_tensors_quantization_config(ignore)
     return raw, tensors  # (the ignore list changes no tensor)
 
@@ -97,12 +132,18 @@ def _generate(name: str, index: int, shape, kind: str, seed: int, fh) -> None:
         if name.endswith("e_score_correction_bias"):
             fh.write((rng.standard_normal(n, dtype=np.float32) * np.float32(ROUTER_BIAS_STD)).tobytes())
         else:
-            value = 1.0 if name.endswith("norm.weight") else INDEXER_K_NORM_BIAS if name.endswith(
-                "indexer.k_norm.bias") else 0.0
+            value = (
+                1.0
+                if name.endswith("norm.weight")
+                else INDEXER_K_NORM_BIAS
+                if name.endswith("indexer.k_norm.bias")
+                else 0.0
+            )
             fh.write(np.full(n, value, dtype="<f4").tobytes())
         return
-    std = np.float32(0.02 * (INDEXER_WEIGHT_SCALE if name.endswith(("indexer.wq_b.weight",
-                                                                    "indexer.weights_proj.weight")) else 1))
+    std = np.float32(
+        0.02 * (INDEXER_WEIGHT_SCALE if name.endswith(("indexer.wq_b.weight", "indexer.weights_proj.weight")) else 1)
+    )
     for start in range(0, n, CHUNK):
         m = min(CHUNK, n - start)
         if kind == "bf16":
@@ -158,7 +199,8 @@ def write(out: Path, config: str = "e2e", seed: int = 0) -> Path:
                     _generate(name, i, shape, kind, seed, fh)
         total = sum(_nbytes(shape, kind) for _, (shape, kind) in tensors)
         (tmp / "model.safetensors.index.json").write_text(
-            json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2) + "\n")
+            json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2) + "\n"
+        )
         (tmp / "config.json").write_text(json.dumps(raw, indent=2) + "\n")
         (tmp / "day0-bench.json").write_text(json.dumps(stamp) + "\n")
         tmp.chmod(0o755)  # mkdtemp's 0700 would hide it from other users of a shared host

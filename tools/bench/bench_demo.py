@@ -104,8 +104,11 @@ def limits(checkpoint: Path, prompt_len: int, steps: int, rates: dict) -> dict:
     context = prompt_len + steps // 2
     decode_s = (active + row * context) / rates["copy_bytes_s"]
     prefill_s = 2 * (active / 4) * prompt_len / rates["matmul_flop_s"]
-    return {"prefill_tok_s": prompt_len / prefill_s, "decode_tok_s": 1 / decode_s,
-            "decode_bytes_per_step": active + row * context}
+    return {
+        "prefill_tok_s": prompt_len / prefill_s,
+        "decode_tok_s": 1 / decode_s,
+        "decode_bytes_per_step": active + row * context,
+    }
 
 
 def arguments(prog: str, workdir: str, prompt_len: int, decode_steps: int, repeats: int) -> argparse.ArgumentParser:
@@ -140,20 +143,35 @@ def main(argv=None) -> int:
     limit = limits(ckpt, a.prompt_len, a.decode_steps, rates)
     ours = {dev: bench_day0(artifact, prompt, a.decode_steps, a.repeats, dev) for dev in a.devices}
     ref = bench_transformers(ckpt, prompt, a.decode_steps, a.repeats)
-    print(f"\ndemo deepseek_v32, prompt {a.prompt_len}, {a.decode_steps} decode steps, "
-          f"max_seq_len {max_seq_len}, {platform.machine()} x{os.cpu_count()}, copy "
-          f"{rates['copy_bytes_s'] / 1e9:.1f} GB/s, f32 matmul {rates['matmul_flop_s'] / 1e9:.0f} GFLOP/s")
-    print(f"{'metric':<15}{'day0 device':<13}{'day0':>10}{'transformers':>14}{'limit':>11}"
-          f"{'vs eager':>10}{'of limit':>10}")
+    print(
+        f"\ndemo deepseek_v32, prompt {a.prompt_len}, {a.decode_steps} decode steps, "
+        f"max_seq_len {max_seq_len}, {platform.machine()} x{os.cpu_count()}, copy "
+        f"{rates['copy_bytes_s'] / 1e9:.1f} GB/s, f32 matmul {rates['matmul_flop_s'] / 1e9:.0f} GFLOP/s"
+    )
+    print(
+        f"{'metric':<15}{'day0 device':<13}{'day0':>10}{'transformers':>14}{'limit':>11}"
+        f"{'vs eager':>10}{'of limit':>10}"
+    )
     for k in ("prefill_tok_s", "decode_tok_s"):
         for dev, r in ours.items():
-            print(f"{k:<15}{dev:<13}{r[k]:>10.1f}{ref[k]:>14.1f}{limit[k]:>11.1f}"
-                  f"{r[k] / ref[k]:>9.2f}x{100 * r[k] / limit[k]:>9.1f}%")
+            print(
+                f"{k:<15}{dev:<13}{r[k]:>10.1f}{ref[k]:>14.1f}{limit[k]:>11.1f}"
+                f"{r[k] / ref[k]:>9.2f}x{100 * r[k] / limit[k]:>9.1f}%"
+            )
     out = Path(a.json) if a.json else work / "bench.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"day0": ours, "transformers": ref, "limit": limit, "machine": rates,
-                               "config": {"prompt_len": a.prompt_len, "decode_steps": a.decode_steps,
-                                          "max_seq_len": max_seq_len}}, indent=2))
+    out.write_text(
+        json.dumps(
+            {
+                "day0": ours,
+                "transformers": ref,
+                "limit": limit,
+                "machine": rates,
+                "config": {"prompt_len": a.prompt_len, "decode_steps": a.decode_steps, "max_seq_len": max_seq_len},
+            },
+            indent=2,
+        )
+    )
     print(f"wrote {out}")
     return 0
 

@@ -32,18 +32,35 @@ CHECK_STEPS = 8
 SETTINGS = {  # per benchmark config: the checkpoint config, contexts, the artifact's max_seq_len,
     # transformers' dtype (bf16 as benchmarked; f32 in the CPU test, where it must match tightly:
     # in bf16 a router near-tie flips an expert choice and the rows part by O(0.1))
-    "full": {"checkpoint": "e2e", "contexts": [1024, 4096], "max_seq_len": 4096 + 128,
-             "transformers_dtype": "bfloat16", "cache_dtypes": ["float32", "bfloat16"]},
-    "tiny": {"checkpoint": "tiny", "contexts": [24, 40], "max_seq_len": 64, "transformers_dtype": "float32",
-             "cache_dtypes": ["float32", "bfloat16"]},
+    "full": {
+        "checkpoint": "e2e",
+        "contexts": [1024, 4096],
+        "max_seq_len": 4096 + 128,
+        "transformers_dtype": "bfloat16",
+        "cache_dtypes": ["float32", "bfloat16"],
+    },
+    "tiny": {
+        "checkpoint": "tiny",
+        "contexts": [24, 40],
+        "max_seq_len": 64,
+        "transformers_dtype": "float32",
+        "cache_dtypes": ["float32", "bfloat16"],
+    },
 }
 SEED = 0
 SHORT = {"float32": "f32", "bfloat16": "bf16"}  # cache dtypes in tables and plots
 # day0 sources the e2e run needs on the host (the eager model and the runtime; no compiler)
 SHIPPED_DIRS = ["models", "runtime"]
-SHIPPED = ["frontend/__init__.py", "frontend/ops.py", "tools/bench/bench_checkpoint.py", "tools/bench/bench_e2e.py",
-           "tools/checkpoints/__init__.py", "tools/checkpoints/common.py", "tools/checkpoints/demo.py",
-           "tools/bench/gpu_artifact_profile.py"]
+SHIPPED = [
+    "frontend/__init__.py",
+    "frontend/ops.py",
+    "tools/bench/bench_checkpoint.py",
+    "tools/bench/bench_e2e.py",
+    "tools/checkpoints/__init__.py",
+    "tools/checkpoints/common.py",
+    "tools/checkpoints/demo.py",
+    "tools/bench/gpu_artifact_profile.py",
+]
 
 
 def package(out: Path, config: str, target: str, cache: Path) -> dict:
@@ -67,8 +84,7 @@ def ship_sources(out: Path, files) -> None:
     """Copy the day0 sources a model run on the host needs (models/, runtime/ and `files`) to out/day0."""
     src = Path(__file__).resolve().parents[2]  # the day0 package root
     for d in SHIPPED_DIRS:
-        shutil.copytree(src / d, out / "day0" / d, dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(src / d, out / "day0" / d, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
     for rel in files:
         (out / "day0" / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src / rel, out / "day0" / rel)
@@ -122,8 +138,13 @@ def time_session(s, ids, forced, repeats: int, steps: int, warmup: int = 0) -> d
     logits = s.prefill(ids)
     checks = np.stack([s.decode(t) for t in forced])
     prefill_s = _median(prefill[warmup:])
-    return {"prefill_s": prefill_s, "decode_s": _median(step_s[warmup:]),
-            "generate_s": max(0.0, _median(gen) - prefill_s) / steps, "logits": logits, "steps": checks}
+    return {
+        "prefill_s": prefill_s,
+        "decode_s": _median(step_s[warmup:]),
+        "generate_s": max(0.0, _median(gen) - prefill_s) / steps,
+        "logits": logits,
+        "steps": checks,
+    }
 
 
 def _time_day0(art: Path, ckpt: Path, device: str, prompts: dict[int, list[int]], forced: list[int]) -> dict:
@@ -133,9 +154,13 @@ def _time_day0(art: Path, ckpt: Path, device: str, prompts: dict[int, list[int]]
     out = {}
     for c, ids in prompts.items():
         r = time_session(s, ids, forced, repeats=3, steps=DECODE_STEPS)
-        out[c] = {"ttft_ms": 1e3 * r["prefill_s"], "decode_ms": 1e3 * r["decode_s"],
-                  "generate_ms": 1e3 * r["generate_s"], "logits": r["logits"],
-                  "steps": r["steps"]}
+        out[c] = {
+            "ttft_ms": 1e3 * r["prefill_s"],
+            "decode_ms": 1e3 * r["decode_s"],
+            "generate_ms": 1e3 * r["generate_s"],
+            "logits": r["logits"],
+            "steps": r["steps"],
+        }
     out["state_bytes"] = s.state_bytes()
     return out
 
@@ -166,8 +191,7 @@ def _time_eager(step, dev: str, prompts: dict[int, list[int]], forced: list[int]
             tok = step(tok, False)[-1].argmax(-1, keepdim=True)
             int(tok)
             steps.append(time.perf_counter() - t0)
-        out[c] = {"ttft_ms": 1e3 * _median(ttft), "decode_ms": 1e3 * _median(steps), "logits": logits,
-                  "steps": checks}
+        out[c] = {"ttft_ms": 1e3 * _median(ttft), "decode_ms": 1e3 * _median(steps), "logits": logits, "steps": checks}
     return out
 
 
@@ -203,8 +227,9 @@ def _transformers_eager(model, raw: dict, dev: str, dtype: str):
     fields = {k: v for k, v in raw.items() if k not in ("model_type", "quantization_config")}
     cfg = transformers.DeepseekV32Config(**fields)
     with torch.device(dev):  # built on the device in its dtype (no f32 copy of 4.9B on the host)
-        ref = transformers.DeepseekV32ForCausalLM._from_config(cfg, attn_implementation="eager",
-                                                               dtype=getattr(torch, dtype))
+        ref = transformers.DeepseekV32ForCausalLM._from_config(
+            cfg, attn_implementation="eager", dtype=getattr(torch, dtype)
+        )
     ref = ref.eval()
     want = ref.state_dict()
     ours = dict(model.named_parameters())
@@ -243,9 +268,12 @@ def compare(got: dict, want: dict) -> dict:
         return np.abs(a - b).max(1) / np.maximum(np.abs(b).max(1), 1e-30)
 
     prompt = rows(got["logits"], want["logits"])
-    return {"prompt_rows_within_1e-3": float((prompt < 1e-3).mean()), "prompt_max_rel_err": float(prompt.max()),
-            "decode_max_rel_err": float(rows(got["steps"], want["steps"]).max()),
-            "same_greedy_prompt_rows": float((got["logits"].argmax(1) == want["logits"].argmax(1)).mean())}
+    return {
+        "prompt_rows_within_1e-3": float((prompt < 1e-3).mean()),
+        "prompt_max_rel_err": float(prompt.max()),
+        "decode_max_rel_err": float(rows(got["steps"], want["steps"]).max()),
+        "same_greedy_prompt_rows": float((got["logits"].argmax(1) == want["logits"].argmax(1)).mean()),
+    }
 
 
 def run(pkg: Path, spec: dict, device: str) -> dict:
@@ -262,9 +290,13 @@ def run(pkg: Path, spec: dict, device: str) -> dict:
     rng = np.random.default_rng(e["seed"])
     prompts = {c: rng.integers(0, raw["vocab_size"], c).tolist() for c in e["contexts"]}
     forced = rng.integers(0, raw["vocab_size"], CHECK_STEPS).tolist()
-    res = {"piece": "e2e", "contexts": e["contexts"], "max_seq_len": e["max_seq_len"],
-           "transformers_dtype": e["transformers_dtype"],
-           "decode_steps": DECODE_STEPS}
+    res = {
+        "piece": "e2e",
+        "contexts": e["contexts"],
+        "max_seq_len": e["max_seq_len"],
+        "transformers_dtype": e["transformers_dtype"],
+        "decode_steps": DECODE_STEPS,
+    }
     day0, res["state_bytes"] = {}, {}
     for dtype in e["cache_dtypes"]:
         day0[dtype] = _time_day0(pkg / "e2e" / f"artifact-{dtype}", ckpt, device, prompts, forced)
@@ -281,13 +313,18 @@ def run(pkg: Path, spec: dict, device: str) -> dict:
     rows = []
     for c in e["contexts"]:
         for dtype in e["cache_dtypes"]:
-            rows.append({"context": c, "cache_dtype": dtype,
-                         **{f"day0_{k}": day0[dtype][c][k] for k in ("ttft_ms", "decode_ms", "generate_ms")},
-                         **{f"eager_{k}": ours[dtype][c][k] for k in ("ttft_ms", "decode_ms")},
-                         **{f"transformers_{k}": theirs[c][k] for k in ("ttft_ms", "decode_ms")},
-                         "day0_vs_eager": compare(day0[dtype][c], ours[dtype][c]),
-                         "day0_vs_eager_f32": compare(day0[dtype][c], ours["float32"][c]),
-                         "transformers_vs_eager": compare(theirs[c], ours["float32"][c])})
+            rows.append(
+                {
+                    "context": c,
+                    "cache_dtype": dtype,
+                    **{f"day0_{k}": day0[dtype][c][k] for k in ("ttft_ms", "decode_ms", "generate_ms")},
+                    **{f"eager_{k}": ours[dtype][c][k] for k in ("ttft_ms", "decode_ms")},
+                    **{f"transformers_{k}": theirs[c][k] for k in ("ttft_ms", "decode_ms")},
+                    "day0_vs_eager": compare(day0[dtype][c], ours[dtype][c]),
+                    "day0_vs_eager_f32": compare(day0[dtype][c], ours["float32"][c]),
+                    "transformers_vs_eager": compare(theirs[c], ours["float32"][c]),
+                }
+            )
     res["rows"] = rows
     del ref, model
     if dev == "cuda":
@@ -296,19 +333,25 @@ def run(pkg: Path, spec: dict, device: str) -> dict:
 
 
 def table(r: dict) -> str:
-    lines = [f"{'e2e ctx':<10}{'caches':>9}{'day0 ms/tok':>12}{'generate':>9}{'eager':>9}{'transf.':>9}{'day0 TTFT ms':>14}"
-             f"{'eager':>9}{'transf.':>9}{'transf./day0':>13}{'dec err':>10}{'rows ok':>9}"]
+    lines = [
+        f"{'e2e ctx':<10}{'caches':>9}{'day0 ms/tok':>12}{'generate':>9}{'eager':>9}{'transf.':>9}{'day0 TTFT ms':>14}"
+        f"{'eager':>9}{'transf.':>9}{'transf./day0':>13}{'dec err':>10}{'rows ok':>9}"
+    ]
     for row in r["rows"]:
-        lines.append(f"{row['context']:<10}{SHORT[row['cache_dtype']]:>9}{row['day0_decode_ms']:>12.2f}"
-                     f"{row.get('day0_generate_ms', float('nan')):>9.2f}"
-                     f"{row['eager_decode_ms']:>9.2f}{row['transformers_decode_ms']:>9.2f}{row['day0_ttft_ms']:>14.1f}{row['eager_ttft_ms']:>9.1f}"
-                     f"{row['transformers_ttft_ms']:>9.1f}"
-                     f"{row['transformers_decode_ms'] / row['day0_decode_ms']:>13.1f}"
-                     f"{row['day0_vs_eager']['decode_max_rel_err']:>10.1e}"
-                     f"{row['day0_vs_eager']['prompt_rows_within_1e-3']:>9.3f}")
-    lines.append("e2e: greedy decode ms per token (day0: decode_greedy steps; generate: a token of "
-                 "Session.generate) and time to first token; caches: day0's latent and indexer "
-                 "caches (f32 or bf16); eager = day0's model in PyTorch (f32 math, the same caches), "
-                 f"transf. = transformers eager ({r['transformers_dtype']}); dec err: day0 vs eager, "
-                 "worst teacher-forced decode step; rows ok: fraction of prompt rows within 1e-3 of eager")
+        lines.append(
+            f"{row['context']:<10}{SHORT[row['cache_dtype']]:>9}{row['day0_decode_ms']:>12.2f}"
+            f"{row.get('day0_generate_ms', float('nan')):>9.2f}"
+            f"{row['eager_decode_ms']:>9.2f}{row['transformers_decode_ms']:>9.2f}{row['day0_ttft_ms']:>14.1f}{row['eager_ttft_ms']:>9.1f}"
+            f"{row['transformers_ttft_ms']:>9.1f}"
+            f"{row['transformers_decode_ms'] / row['day0_decode_ms']:>13.1f}"
+            f"{row['day0_vs_eager']['decode_max_rel_err']:>10.1e}"
+            f"{row['day0_vs_eager']['prompt_rows_within_1e-3']:>9.3f}"
+        )
+    lines.append(
+        "e2e: greedy decode ms per token (day0: decode_greedy steps; generate: a token of "
+        "Session.generate) and time to first token; caches: day0's latent and indexer "
+        "caches (f32 or bf16); eager = day0's model in PyTorch (f32 math, the same caches), "
+        f"transf. = transformers eager ({r['transformers_dtype']}); dec err: day0 vs eager, "
+        "worst teacher-forced decode step; rows ok: fraction of prompt rows within 1e-3 of eager"
+    )
     return "\n".join(lines)

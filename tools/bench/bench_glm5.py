@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from day0.tools.checkpoints.glm5_next import BENCH_SMALL
 from day0.tools.bench.bench_demo import arguments, bench_day0, time_transformers
+from day0.tools.checkpoints.glm5_next import BENCH_SMALL
 
 MAX_SEQ_LEN = 512
 
@@ -43,15 +43,27 @@ def main(argv=None) -> int:
     prompt = np.random.default_rng(0).integers(0, BENCH_SMALL["vocab_size"], a.prompt_len).astype(np.int64)
     ours = bench_day0(artifact, prompt, a.decode_steps, a.repeats, "local-task")
     ref = bench_transformers(ckpt, prompt, a.decode_steps, a.repeats)
-    print(f"\nglm5_next small (4 layers, hidden 256, 16 experts), prompt {a.prompt_len}, "
-          f"{a.decode_steps} decode steps, max_seq_len {MAX_SEQ_LEN}, CPU local-task")
+    print(
+        f"\nglm5_next small (4 layers, hidden 256, 16 experts), prompt {a.prompt_len}, "
+        f"{a.decode_steps} decode steps, max_seq_len {MAX_SEQ_LEN}, CPU local-task"
+    )
     print(f"{'metric':<15}{'day0':>10}{'transformers':>14}{'vs eager':>10}")
     for k in ("prefill_tok_s", "decode_tok_s"):
         print(f"{k:<15}{ours[k]:>10.1f}{ref[k]:>14.1f}{ours[k] / ref[k]:>9.2f}x")
     out = Path(a.json) if a.json else work / "bench.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"day0": ours, "transformers": ref, "config": BENCH_SMALL,
-                               "prompt_len": a.prompt_len, "decode_steps": a.decode_steps}, indent=2))
+    out.write_text(
+        json.dumps(
+            {
+                "day0": ours,
+                "transformers": ref,
+                "config": BENCH_SMALL,
+                "prompt_len": a.prompt_len,
+                "decode_steps": a.decode_steps,
+            },
+            indent=2,
+        )
+    )
     print(f"wrote {out}")
     return 0
 

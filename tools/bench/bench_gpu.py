@@ -39,24 +39,42 @@ from pathlib import Path
 CONFIGS = {
     "full": {
         "moe": {"experts": 288, "top_k": 8, "hidden": 4096, "intermediate": 2048},
-        "dsa": {"index_heads": 32, "index_dim": 128, "top_k": 2048, "heads": 64, "latent": 512,
-                "contexts": [32768, 131072, 1048576]},
+        "dsa": {
+            "index_heads": 32,
+            "index_dim": 128,
+            "top_k": 2048,
+            "heads": 64,
+            "latent": 512,
+            "contexts": [32768, 131072, 1048576],
+        },
         "reps": 8,
     },
     "tiny": {  # the CPU smoke test of the whole package (tests/test_bench_gpu.py)
         "moe": {"experts": 8, "top_k": 2, "hidden": 64, "intermediate": 32},
-        "dsa": {"index_heads": 4, "index_dim": 16, "top_k": 16, "heads": 4, "latent": 32,
-                "contexts": [256]},
+        "dsa": {"index_heads": 4, "index_dim": 16, "top_k": 16, "heads": 4, "latent": 32, "contexts": [256]},
         "reps": 3,
     },
 }
 SEED = 0
 # day0 sources the GPU host needs (no compiler, no torch-mlir): the runtime, this file and the
 # piece modules `run` and `table` import whichever pieces a package holds.
-_SHIPPED = ["runtime/__init__.py", "runtime/vm.py", "tools/__init__.py", "tools/bench/__init__.py", "tools/bench/bench_gpu.py", "tools/bench/timing.py",
-            "tools/bench/bench_e2e.py", "tools/bench/bench_gpu_glm5.py",
-            "frontend/__init__.py", "frontend/ops.py", "models/__init__.py", "models/moe.py", "models/layers.py",
-            "lowering/__init__.py", "lowering/kernel_geometry.py"]
+_SHIPPED = [
+    "runtime/__init__.py",
+    "runtime/vm.py",
+    "tools/__init__.py",
+    "tools/bench/__init__.py",
+    "tools/bench/bench_gpu.py",
+    "tools/bench/timing.py",
+    "tools/bench/bench_e2e.py",
+    "tools/bench/bench_gpu_glm5.py",
+    "frontend/__init__.py",
+    "frontend/ops.py",
+    "models/__init__.py",
+    "models/moe.py",
+    "models/layers.py",
+    "lowering/__init__.py",
+    "lowering/kernel_geometry.py",
+]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -121,11 +139,13 @@ def _dsa_inputs(c: dict, T: int, dev: str, gen):
     import torch
 
     bf = torch.bfloat16
-    return [torch.randn(c["index_heads"], c["index_dim"], device=dev, generator=gen),
-            torch.rand(c["index_heads"], device=dev, generator=gen),
-            torch.randn(T, c["index_dim"], device=dev, generator=gen).to(bf),
-            torch.randn(c["heads"], c["latent"], device=dev, generator=gen).to(bf),
-            torch.randn(T, c["latent"], device=dev, generator=gen).to(bf)]
+    return [
+        torch.randn(c["index_heads"], c["index_dim"], device=dev, generator=gen),
+        torch.rand(c["index_heads"], device=dev, generator=gen),
+        torch.randn(T, c["index_dim"], device=dev, generator=gen).to(bf),
+        torch.randn(c["heads"], c["latent"], device=dev, generator=gen).to(bf),
+        torch.randn(T, c["latent"], device=dev, generator=gen).to(bf),
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -181,9 +201,21 @@ def package(out: Path, config: str, target: str, pieces=PIECES, cache: Path = Pa
             entries[name] = {"piece": "dsa", "context": T, "reps": r}
     e2e = bench_e2e.package(out, config, target, cache) if "e2e" in pieces else None
     glm5 = bench_gpu_glm5.package(out, config, target, cache) if "glm5" in pieces else None
-    (out / "bench.json").write_text(json.dumps({"config": config, "target": target, "seed": SEED, "shapes": cfg,
-                                                "pieces": list(pieces), "vmfbs": entries, "e2e": e2e,
-                                                "glm5": glm5}, indent=2))
+    (out / "bench.json").write_text(
+        json.dumps(
+            {
+                "config": config,
+                "target": target,
+                "seed": SEED,
+                "shapes": cfg,
+                "pieces": list(pieces),
+                "vmfbs": entries,
+                "e2e": e2e,
+                "glm5": glm5,
+            },
+            indent=2,
+        )
+    )
     src = Path(__file__).resolve().parents[2]  # the day0 package root
     for rel in _SHIPPED:
         dst = out / "day0" / rel
@@ -193,7 +225,8 @@ def package(out: Path, config: str, target: str, pieces=PIECES, cache: Path = Pa
         "#!/bin/sh\n# GPU host: needs python3 with torch (CUDA) and numpy; installs the IREE runtime wheel locally.\n"
         'cd "$(dirname "$0")" || exit 1\n'
         "python3 -m pip install -q --no-index --no-deps --target .site wheels/*.whl || exit 1\n"
-        'PYTHONPATH="$PWD/.site:$PWD" exec python3 -m day0.tools.bench.bench_gpu run . "$@"\n')
+        'PYTHONPATH="$PWD/.site:$PWD" exec python3 -m day0.tools.bench.bench_gpu run . "$@"\n'
+    )
     print(f"wrote {out}")
 
 
@@ -352,8 +385,9 @@ def run_dsa(pkg: Path, spec: dict, T: int, dev: str, device: str, bw: float) -> 
     times, got = _day0_step_us(pkg, (f"dsa_{T}_r1", f"dsa_{T}_r{reps}"), host, reps, device)
     del host
     res |= times
-    res["day0_rel_err"] = _rel_err(got, dsa_steps(1, c["top_k"], c["latent"], c["index_heads"], c["index_dim"])(
-        qi, wi, keys, q, kv))
+    res["day0_rel_err"] = _rel_err(
+        got, dsa_steps(1, c["top_k"], c["latent"], c["index_heads"], c["index_dim"])(qi, wi, keys, q, kv)
+    )
     scale = c["latent"] ** -0.5
 
     def dense():
@@ -386,8 +420,13 @@ def run(pkg: Path, device: str, json_out: Path | None, pieces=PIECES) -> list[di
     pieces = [p for p in pieces if p in spec.get("pieces", ("moe", "dsa"))]
     dev = "cuda" if device.startswith("cuda") else "cpu"
     bw = copy_bandwidth(dev)
-    results = [{"piece": "bandwidth", "copy_GBps": bw / 1e9,
-                "device": torch.cuda.get_device_name() if dev == "cuda" else "cpu"}]
+    results = [
+        {
+            "piece": "bandwidth",
+            "copy_GBps": bw / 1e9,
+            "device": torch.cuda.get_device_name() if dev == "cuda" else "cpu",
+        }
+    ]
     if "moe" in pieces:
         results.append(run_moe(pkg, spec, dev, device, bw))
         print(json.dumps(results[-1]), flush=True)
@@ -412,9 +451,11 @@ def table(results: list[dict]) -> str:
     from day0.tools.bench import bench_e2e, bench_gpu_glm5
 
     bw = results[0]
-    lines = [f"device {bw['device']}, copy bandwidth {bw['copy_GBps']:.0f} GB/s (read + write)",
-             f"{'piece':<14}{'day0 step µs':>14}{'day0 call µs':>14}{'torch A µs':>12}{'torch B µs':>12}"
-             f"{'limit µs':>10}{'limit/day0':>11}{'A/day0':>8}"]
+    lines = [
+        f"device {bw['device']}, copy bandwidth {bw['copy_GBps']:.0f} GB/s (read + write)",
+        f"{'piece':<14}{'day0 step µs':>14}{'day0 call µs':>14}{'torch A µs':>12}{'torch B µs':>12}"
+        f"{'limit µs':>10}{'limit/day0':>11}{'A/day0':>8}",
+    ]
     for r in results[1:]:
         if r["piece"] in ("e2e", "glm5"):
             continue
@@ -425,10 +466,14 @@ def table(results: list[dict]) -> str:
             name = f"dsa {ctx // 1024}K" if ctx >= 1024 else f"dsa {ctx}"
             a, b = r["torch_sparse_us"], r["torch_dense_us"]
         s = r["day0_step_us"]
-        lines.append(f"{name:<14}{s:>14.1f}{r['day0_call_us']:>14.1f}{a:>12.1f}{b:>12.1f}"
-                     f"{r['limit_us']:>10.1f}{r['limit_us'] / s:>11.2f}{a / s:>8.2f}")
-    lines.append("torch A: moe = bf16 pre-dequantized, dsa = eager sparse; torch B: moe = dequantize per "
-                 "call, dsa = dense MQA over all keys")
+        lines.append(
+            f"{name:<14}{s:>14.1f}{r['day0_call_us']:>14.1f}{a:>12.1f}{b:>12.1f}"
+            f"{r['limit_us']:>10.1f}{r['limit_us'] / s:>11.2f}{a / s:>8.2f}"
+        )
+    lines.append(
+        "torch A: moe = bf16 pre-dequantized, dsa = eager sparse; torch B: moe = dequantize per "
+        "call, dsa = dense MQA over all keys"
+    )
     lines += [bench_e2e.table(r) for r in results if r["piece"] == "e2e"]
     lines += [bench_gpu_glm5.table(r) for r in results if r["piece"] == "glm5"]
     return "\n".join(lines)
@@ -459,8 +504,12 @@ def plot(results_path: Path, out_dir: Path) -> list[Path]:
 
     for moe in [r for r in results if r["piece"] == "moe"][:1]:
         fig, ax = plt.subplots(figsize=(6, 3.2))
-        bars = {"day0 (MXFP4 fused)": moe["day0_step_us"], "PyTorch bf16\n(pre-dequantized)": moe["torch_bf16_us"],
-                "PyTorch\n(dequant per call)": moe["torch_dequant_us"], "bandwidth limit": moe["limit_us"]}
+        bars = {
+            "day0 (MXFP4 fused)": moe["day0_step_us"],
+            "PyTorch bf16\n(pre-dequantized)": moe["torch_bf16_us"],
+            "PyTorch\n(dequant per call)": moe["torch_dequant_us"],
+            "bandwidth limit": moe["limit_us"],
+        }
         ax.barh(list(bars), list(bars.values()), color=["#2a7", "#888", "#bbb", "#36c"])
         ax.set_xscale("log")
         ax.set_xlabel("µs per MoE decode step (log)")
@@ -472,8 +521,12 @@ def plot(results_path: Path, out_dir: Path) -> list[Path]:
     if dsa:
         fig, ax = plt.subplots(figsize=(6, 3.2))
         xs = [r["context"] for r in dsa]
-        for key, label, style in (("day0_step_us", "day0", "o-"), ("torch_sparse_us", "PyTorch eager sparse", "s--"),
-                                  ("torch_dense_us", "PyTorch dense", "^--"), ("limit_us", "bandwidth limit", "k:")):
+        for key, label, style in (
+            ("day0_step_us", "day0", "o-"),
+            ("torch_sparse_us", "PyTorch eager sparse", "s--"),
+            ("torch_dense_us", "PyTorch dense", "^--"),
+            ("limit_us", "bandwidth limit", "k:"),
+        ):
             ax.plot(xs, [r[key] for r in dsa], style, label=label)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
@@ -488,13 +541,23 @@ def plot(results_path: Path, out_dir: Path) -> list[Path]:
         contexts = sorted({row["context"] for row in rows})
         dtypes = [d for d in ("float32", "bfloat16") if any(row.get("cache_dtype", "float32") == d for row in rows)]
         first = {c: next(row for row in rows if row["context"] == c) for c in contexts}
-        bars = [(f"day0, {bench_e2e.SHORT[d]} caches", color,
-                 {row["context"]: row for row in rows if row.get("cache_dtype", "float32") == d}, "day0")
-                for d, color in zip(dtypes, ("#2a7", "#176"))]
-        bars += [(f"transformers ({e2e['transformers_dtype']})", "#888", first, "transformers"),
-                 ("day0's model, eager", "#bbb", first, "eager")]
-        for ax, metric, label, goal in ((axes[0], "decode_ms", "ms per token (decode)", E2E_GOALS_MS["decode_ms"]),
-                                        (axes[1], "ttft_ms", "ms to first token", E2E_GOALS_MS["ttft_ms"])):
+        bars = [
+            (
+                f"day0, {bench_e2e.SHORT[d]} caches",
+                color,
+                {row["context"]: row for row in rows if row.get("cache_dtype", "float32") == d},
+                "day0",
+            )
+            for d, color in zip(dtypes, ("#2a7", "#176"))
+        ]
+        bars += [
+            (f"transformers ({e2e['transformers_dtype']})", "#888", first, "transformers"),
+            ("day0's model, eager", "#bbb", first, "eager"),
+        ]
+        for ax, metric, label, goal in (
+            (axes[0], "decode_ms", "ms per token (decode)", E2E_GOALS_MS["decode_ms"]),
+            (axes[1], "ttft_ms", "ms to first token", E2E_GOALS_MS["ttft_ms"]),
+        ):
             ax.axhline(goal, color="#36c", linestyle=":", label="goal (issue 4)")
             width = 0.8 / len(bars)
             for j, (name, color, by_context, key) in enumerate(bars):
@@ -511,15 +574,21 @@ def plot(results_path: Path, out_dir: Path) -> list[Path]:
         labels, width = ("prefill", "decode"), 0.38
         for j, (who, color) in enumerate((("day0", "#2a7"), ("transformers", "#888"))):
             vals = [glm5[f"{who}_{k}_tok_s"] for k in labels]
-            ax.barh([i + j * width for i in range(2)], vals, width, color=color,
-                    label="day0" if who == "day0" else "transformers eager (f32)")
+            ax.barh(
+                [i + j * width for i in range(2)],
+                vals,
+                width,
+                color=color,
+                label="day0" if who == "day0" else "transformers eager (f32)",
+            )
             for i, v in enumerate(vals):
                 ax.text(v, i + j * width, f" {v:.0f}", va="center", fontsize=8)
         ax.set_yticks([i + width / 2 for i in range(2)], [f"{k} tok/s" for k in labels])
         ax.set_xscale("log")
         ax.legend(fontsize=7)
-        ax.set_title(f"glm5_next small (KDA + k-pool DSA + mHC + MoE), prompt {glm5['prompt_len']}, {device}",
-                     fontsize=9)
+        ax.set_title(
+            f"glm5_next small (KDA + k-pool DSA + mHC + MoE), prompt {glm5['prompt_len']}, {device}", fontsize=9
+        )
         save(fig, "bench_gpu_glm5.png")
     return written
 

@@ -25,8 +25,15 @@ SETTINGS = {
     "tiny": {"prompt_len": 20, "decode_steps": 4, "check_steps": 4, "repeats": 1, "max_seq_len": 32},
 }
 SEED = 0
-SHIPPED = ["frontend/__init__.py", "frontend/ops.py", "tools/bench/bench_gpu_glm5.py", "tools/checkpoints/__init__.py",
-           "tools/checkpoints/common.py", "tools/checkpoints/demo.py", "tools/checkpoints/glm5_next.py"]
+SHIPPED = [
+    "frontend/__init__.py",
+    "frontend/ops.py",
+    "tools/bench/bench_gpu_glm5.py",
+    "tools/checkpoints/__init__.py",
+    "tools/checkpoints/common.py",
+    "tools/checkpoints/demo.py",
+    "tools/checkpoints/glm5_next.py",
+]
 
 
 def model_config(config: str) -> dict:
@@ -38,8 +45,8 @@ def model_config(config: str) -> dict:
 
 def package(out: Path, config: str, target: str, cache: Path) -> dict:
     from day0.lowering.driver import BuildOptions, compile_checkpoint
-    from day0.tools.checkpoints.glm5_next import write_tiny_glm5_next_checkpoint
     from day0.tools.bench import bench_e2e
+    from day0.tools.checkpoints.glm5_next import write_tiny_glm5_next_checkpoint
 
     s = SETTINGS[config]
     ckpt = cache / f"ckpt-glm5-{config}-{SEED}"
@@ -58,8 +65,10 @@ def _time_day0(art: Path, ckpt: Path, device: str, prompt, forced, s: dict) -> d
     from day0.tools.bench.bench_e2e import time_session
 
     sess = Session.load(art, device=device, verify=False, checkpoint_dir=ckpt)
-    return {**time_session(sess, prompt, forced, s["repeats"], s["decode_steps"], warmup=1),
-            "state_bytes": sess.state_bytes()}
+    return {
+        **time_session(sess, prompt, forced, s["repeats"], s["decode_steps"], warmup=1),
+        "state_bytes": sess.state_bytes(),
+    }
 
 
 def _time_transformers(ckpt: Path, dev: str, prompt, forced, s: dict) -> dict:
@@ -95,8 +104,12 @@ def _time_transformers(ckpt: Path, dev: str, prompt, forced, s: dict) -> dict:
             cache = out.past_key_values
             checks.append(out.logits[0, -1].float().cpu().numpy())
     del model
-    return {"prefill_s": float(np.median(prefill[1:])), "decode_s": float(np.median(steps[1:])),
-            "logits": logits, "steps": np.stack(checks)}
+    return {
+        "prefill_s": float(np.median(prefill[1:])),
+        "decode_s": float(np.median(steps[1:])),
+        "logits": logits,
+        "steps": np.stack(checks),
+    }
 
 
 def run(pkg: Path, spec: dict, device: str) -> dict:
@@ -105,8 +118,8 @@ def run(pkg: Path, spec: dict, device: str) -> dict:
     import numpy as np
     import torch
 
-    from day0.tools.checkpoints.glm5_next import write_tiny_glm5_next_checkpoint
     from day0.tools.bench.bench_e2e import compare
+    from day0.tools.checkpoints.glm5_next import write_tiny_glm5_next_checkpoint
 
     s = spec["glm5"]
     dev = "cuda" if device.startswith("cuda") else "cpu"
@@ -121,8 +134,14 @@ def run(pkg: Path, spec: dict, device: str) -> dict:
     theirs = _time_transformers(ckpt, dev, prompt, forced, s)
     if dev == "cuda":
         torch.cuda.empty_cache()
-    res = {"piece": "glm5", "config": s["config"], "prompt_len": s["prompt_len"],
-           "decode_steps": s["decode_steps"], "state_bytes": ours["state_bytes"], **compare(ours, theirs)}
+    res = {
+        "piece": "glm5",
+        "config": s["config"],
+        "prompt_len": s["prompt_len"],
+        "decode_steps": s["decode_steps"],
+        "state_bytes": ours["state_bytes"],
+        **compare(ours, theirs),
+    }
     for who, r in (("day0", ours), ("transformers", theirs)):
         res[f"{who}_prefill_tok_s"] = s["prompt_len"] / r["prefill_s"]
         res[f"{who}_decode_tok_s"] = 1.0 / r["decode_s"]
@@ -134,7 +153,9 @@ def table(r: dict) -> str:
     for k in ("prefill", "decode"):
         ours, theirs = r[f"day0_{k}_tok_s"], r[f"transformers_{k}_tok_s"]
         lines.append(f"{k:<18}{ours:>12.1f}{theirs:>15.1f}{ours / theirs:>13.1f}x")
-    lines.append(f"glm5: prompt {r['prompt_len']} tokens, greedy decode; transf. = transformers eager f32 on the "
-                 f"same device; day0 vs transformers teacher-forced: prompt rows {r['prompt_max_rel_err']:.1e}, "
-                 f"decode {r['decode_max_rel_err']:.1e}, same greedy rows {r['same_greedy_prompt_rows']:.3f}")
+    lines.append(
+        f"glm5: prompt {r['prompt_len']} tokens, greedy decode; transf. = transformers eager f32 on the "
+        f"same device; day0 vs transformers teacher-forced: prompt rows {r['prompt_max_rel_err']:.1e}, "
+        f"decode {r['decode_max_rel_err']:.1e}, same greedy rows {r['same_greedy_prompt_rows']:.3f}"
+    )
     return "\n".join(lines)

@@ -17,9 +17,22 @@ import subprocess
 import sys
 from pathlib import Path
 
-CONFIG = dict(hidden_size=1024, intermediate_size=2048, moe_intermediate_size=512, num_hidden_layers=3,
-              first_k_dense_replace=1, n_routed_experts=32, num_experts_per_tok=4, n_group=4, topk_group=2,
-              num_attention_heads=8, num_key_value_heads=8, q_lora_rank=256, kv_lora_rank=128, vocab_size=4096)
+CONFIG = dict(
+    hidden_size=1024,
+    intermediate_size=2048,
+    moe_intermediate_size=512,
+    num_hidden_layers=3,
+    first_k_dense_replace=1,
+    n_routed_experts=32,
+    num_experts_per_tok=4,
+    n_group=4,
+    topk_group=2,
+    num_attention_heads=8,
+    num_key_value_heads=8,
+    q_lora_rank=256,
+    kv_lora_rank=128,
+    vocab_size=4096,
+)
 
 _PROBE = r"""
 import json, resource, sys, numpy as np
@@ -52,8 +65,8 @@ def _peak_rss_of(cmd: list[str]) -> tuple[int, str]:
 
 def main(argv=None) -> int:
     from day0.models.checkpoint import Checkpoint
-    from day0.tools.checkpoints.demo import tiny_deepseek_v32_config, write_tiny_checkpoint
     from day0.models.quantize import quantize_checkpoint
+    from day0.tools.checkpoints.demo import tiny_deepseek_v32_config, write_tiny_checkpoint
 
     p = argparse.ArgumentParser(prog="day0-bench-memory")
     p.add_argument("--workdir", default=".cache/bench-memory")
@@ -62,41 +75,55 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     work = Path(a.workdir)
     if a.make_checkpoint:
-        write_tiny_checkpoint(work / "ckpt-f32", tiny_deepseek_v32_config(**CONFIG), seed=0,
-                              max_shard_size="200MB", tokenizer=False)
+        write_tiny_checkpoint(
+            work / "ckpt-f32", tiny_deepseek_v32_config(**CONFIG), seed=0, max_shard_size="200MB", tokenizer=False
+        )
         quantize_checkpoint(work / "ckpt-f32", work / "ckpt-mxfp4", "compressed-tensors")
         return 0
     packed = work / "ckpt-mxfp4"
     if not packed.exists():
         # In a child: building the model here would leave this process large, and children forked
         # from a large process report its size as their own peak (ru_maxrss survives exec).
-        subprocess.run([sys.executable, "-m", "day0.tools.bench.bench_memory", "--workdir", str(work),
-                        "--make-checkpoint"], check=True)
+        subprocess.run(
+            [sys.executable, "-m", "day0.tools.bench.bench_memory", "--workdir", str(work), "--make-checkpoint"],
+            check=True,
+        )
     ckpt = Checkpoint.open(packed)
     expert_bytes = sum(t.nbytes for n, t in ckpt.tensors.items() if ".mlp.experts." in n)
     total_bytes = sum(f.stat().st_size for f in ckpt.files)
 
     bindir = Path(sys.executable).parent
     artifact = work / "artifact"
-    compile_peak, _ = _peak_rss_of([str(bindir / "day0"), "compile", str(packed), "-o", str(artifact),
-                                    "--max-seq-len", "256"])
+    compile_peak, _ = _peak_rss_of(
+        [str(bindir / "day0"), "compile", str(packed), "-o", str(artifact), "--max-seq-len", "256"]
+    )
     _, out = _peak_rss_of([sys.executable, "-c", _PROBE, str(artifact)])
     probe = json.loads(out)
     load_peak = probe["peak"]
     added_anon = probe["after"]["anon"] - probe["before"]["anon"]
     added_file = probe["after"]["file"] - probe["before"]["file"]
-    result = {"checkpoint_bytes": total_bytes, "packed_expert_bytes": expert_bytes,
-              "compile_peak_rss": compile_peak, "load_first_token_peak_rss": load_peak,
-              "session_added_anon": added_anon, "session_added_file": added_file,
-              "state_bytes": probe["state"], "budget": 1.2 * total_bytes + (1 << 30)}
+    result = {
+        "checkpoint_bytes": total_bytes,
+        "packed_expert_bytes": expert_bytes,
+        "compile_peak_rss": compile_peak,
+        "load_first_token_peak_rss": load_peak,
+        "session_added_anon": added_anon,
+        "session_added_file": added_file,
+        "state_bytes": probe["state"],
+        "budget": 1.2 * total_bytes + (1 << 30),
+    }
     mib = lambda b: f"{b / 2**20:9.1f} MiB"  # noqa: E731
     print(f"checkpoint on disk {mib(total_bytes)}  (packed routed experts {mib(expert_bytes)})")
-    print(f"compile peak RSS   {mib(compile_peak)}   load + first token peak RSS {mib(load_peak)}"
-          f"   budget 1.2×ckpt+1GiB {mib(result['budget'])}")
+    print(
+        f"compile peak RSS   {mib(compile_peak)}   load + first token peak RSS {mib(load_peak)}"
+        f"   budget 1.2×ckpt+1GiB {mib(result['budget'])}"
+    )
     print(f"session adds anon  {mib(added_anon)} (state {mib(probe['state'])}), file-backed {mib(added_file)}")
     resident = added_anon - probe["state"]  # what the runtime holds for the weights
-    print(f"weights resident (anon beyond state) ÷ checkpoint bytes on disk = {resident / total_bytes:.2f}; "
-          f"goal 1.00 (packed experts {expert_bytes / 2**20:.1f} MiB are held once, as u8 stacks)")
+    print(
+        f"weights resident (anon beyond state) ÷ checkpoint bytes on disk = {resident / total_bytes:.2f}; "
+        f"goal 1.00 (packed experts {expert_bytes / 2**20:.1f} MiB are held once, as u8 stacks)"
+    )
     out_path = Path(a.json) if a.json else work / "bench-memory.json"
     out_path.write_text(json.dumps(result, indent=2))
     return 0

@@ -101,15 +101,19 @@ def main(argv=None) -> int:
                 rows.append(bench_shape(N, K, M, args.repeats, Path(tmp), bandwidth))
 
     print(f"copy bandwidth (read + write): {bandwidth / 1e9:.2f} GB/s; torch threads {torch.get_num_threads()}")
-    head = f"{'N x K':>11} {'M':>3} | {'fused':>9} {'unfused':>9} {'eager':>9} {'f32':>9} {'limit':>9} | " \
-           f"{'unf/fus':>7} {'eag/fus':>7} {'f32/fus':>7} {'fus/lim':>7}"
+    head = (
+        f"{'N x K':>11} {'M':>3} | {'fused':>9} {'unfused':>9} {'eager':>9} {'f32':>9} {'limit':>9} | "
+        f"{'unf/fus':>7} {'eag/fus':>7} {'f32/fus':>7} {'fus/lim':>7}"
+    )
     print(head)
     print("-" * len(head))
     for r in rows:
         ms = lambda k: f"{r[k] * 1e3:8.3f}m"  # noqa: E731
-        print(f"{r['N']:>5}x{r['K']:<5} {r['M']:>3} | {ms('fused')} {ms('unfused')} {ms('eager')} {ms('f32')} "
-              f"{ms('limit')} | {r['unfused'] / r['fused']:7.2f} {r['eager'] / r['fused']:7.2f} "
-              f"{r['f32'] / r['fused']:7.2f} {r['fused'] / r['limit']:7.2f}")
+        print(
+            f"{r['N']:>5}x{r['K']:<5} {r['M']:>3} | {ms('fused')} {ms('unfused')} {ms('eager')} {ms('f32')} "
+            f"{ms('limit')} | {r['unfused'] / r['fused']:7.2f} {r['eager'] / r['fused']:7.2f} "
+            f"{r['f32'] / r['fused']:7.2f} {r['fused'] / r['limit']:7.2f}"
+        )
     print("(times in ms, medians; ratios > 1 under x/fus mean the fused form is faster)")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({"bandwidth_Bps": bandwidth, "rows": rows}, indent=2))

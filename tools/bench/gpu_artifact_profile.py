@@ -32,10 +32,16 @@ def _profile(fn):
             k[0] += 1
             k[1] += e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
             spans.append((e.time_range.start, e.time_range.end))
-    rows = sorted(({"kernel": n, "launches": c, "us": round(us, 1)} for n, (c, us) in kernels.items()),
-                  key=lambda r: -r["us"])
-    return {"wall_ms": round(wall * 1e3, 2), "launches": sum(r["launches"] for r in rows),
-            "device_ms": round(sum(r["us"] for r in rows) / 1e3, 2), **_busy(spans), "kernels": rows}
+    rows = sorted(
+        ({"kernel": n, "launches": c, "us": round(us, 1)} for n, (c, us) in kernels.items()), key=lambda r: -r["us"]
+    )
+    return {
+        "wall_ms": round(wall * 1e3, 2),
+        "launches": sum(r["launches"] for r in rows),
+        "device_ms": round(sum(r["us"] for r in rows) / 1e3, 2),
+        **_busy(spans),
+        "kernels": rows,
+    }
 
 
 def _busy(spans) -> dict:
@@ -74,8 +80,10 @@ def run(artifact: Path, checkpoint: Path | None, prompt: int, steps: int, device
     out["decode"]["steps"] = steps
     for phase, r in out.items():
         per = f", per step {r['wall_ms'] / steps:.2f} ms" if phase == "decode" else ""
-        print(f"{phase}: wall {r['wall_ms']} ms{per}; {r['launches']} kernels, {r['device_ms']} ms on the device; "
-              f"GPU busy {r['busy_ms']} of a {r['span_ms']} ms span")
+        print(
+            f"{phase}: wall {r['wall_ms']} ms{per}; {r['launches']} kernels, {r['device_ms']} ms on the device; "
+            f"GPU busy {r['busy_ms']} of a {r['span_ms']} ms span"
+        )
         for k in r["kernels"][:top]:
             print(f"  {k['us']:>10.1f} µs {k['launches']:>6}  {k['kernel'][:90]}")
     return out

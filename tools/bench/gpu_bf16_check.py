@@ -36,18 +36,24 @@ def _cases():
 
     def attn(S, H, D, V, T, empty=0):
         scale = D**-0.5
-        return (lambda q, kv, i: torch.ops.day0.dsa_attention(q.to(bf), kv.to(bf), i, scale, V),  # f32
-                (r(S, H, D), r(T, D), sel(S, T, TOPK, empty)), scale)
+        return (
+            lambda q, kv, i: torch.ops.day0.dsa_attention(q.to(bf), kv.to(bf), i, scale, V),  # f32
+            (r(S, H, D), r(T, D), sel(S, T, TOPK, empty)),
+            scale,
+        )
 
     def index(S, H, D, T):
         from day0.frontend import ops
 
-        return (lambda q, k, w: ops.indexer_scores(q, k.to(bf), w, D**-0.5), (r(S, H, D), r(T, D), torch.rand(S, H,
-                generator=g)), D**-0.5)
+        return (
+            lambda q, k, w: ops.indexer_scores(q, k.to(bf), w, D**-0.5),
+            (r(S, H, D), r(T, D), torch.rand(S, H, generator=g)),
+            D**-0.5,
+        )
 
     return {
-        "attn_decode_glm": attn(1, 64, 512, 512, 8192),        # the bench's DSA piece (shorter cache)
-        "attn_decode_e2e": attn(1, 16, 576, 512, 4224),        # the 4.9B model's layer
+        "attn_decode_glm": attn(1, 64, 512, 512, 8192),  # the bench's DSA piece (shorter cache)
+        "attn_decode_e2e": attn(1, 16, 576, 512, 4224),  # the 4.9B model's layer
         "attn_prefill_e2e": attn(12, 16, 576, 512, 4224, 100),
         "index_decode_glm": index(1, 32, 128, 16384),
         "index_prefill_e2e": index(12, 16, 128, 4224),
@@ -89,6 +95,7 @@ def build(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     pipeline = "builtin.module(indexer-scores-to-cuda-kernel,dsa-to-cuda-kernel)"
     for name, (fn, args, scale) in _cases().items():
+
         class M(torch.nn.Module):
             def forward(self, *a):
                 return fn(*a)
@@ -110,8 +117,12 @@ def run(out: Path, device: str) -> list[dict]:
     results = []
     for name, n in json.loads((out / "cases.json").read_text()).items():
         data = np.load(out / f"{name}.npz")
-        got = np.asarray(VmModule.load(out / f"{name}.vmfb", device=device).function("main")(
-            *[data[f"arr_{i}"] for i in range(n)]).to_host(), np.float64)
+        got = np.asarray(
+            VmModule.load(out / f"{name}.vmfb", device=device)
+            .function("main")(*[data[f"arr_{i}"] for i in range(n)])
+            .to_host(),
+            np.float64,
+        )
         res = {"case": name}
         for ref in ("exact", "rounded"):
             want = data[ref].astype(np.float64)

@@ -76,12 +76,14 @@ def indexer_launch(kernel: str, S: int, H: int, D: int, T: int, scale: float, gr
     """kernel: f32 | bf16 (exact FMAs) | bf16_mma (tensor cores). grid_x: another grid (the
     tensor-core kernel takes any; the pass's by default)."""
     grid = kg.indexer_grid(kernel, S, T) if grid_x is None else (grid_x, S, 1)
-    return Launch(kg.INDEXER_SCORES.ptx, kg.indexer_entry(kernel), grid, ("q", "keys", "w", "out"),
-                  (H, D, T, kg.f32_bits(scale)))
+    return Launch(
+        kg.INDEXER_SCORES.ptx, kg.indexer_entry(kernel), grid, ("q", "keys", "w", "out"), (H, D, T, kg.f32_bits(scale))
+    )
 
 
-def dsa_launches(dt: str, S: int, H: int, D: int, T: int, K: int, V: int, scale: float,
-                 rows: int | None = None, fma: bool = False) -> tuple[Launch, Launch]:
+def dsa_launches(
+    dt: str, S: int, H: int, D: int, T: int, K: int, V: int, scale: float, rows: int | None = None, fma: bool = False
+) -> tuple[Launch, Launch]:
     """The pass's two launches; rows: another split size for the tensor-core kernels; fma: the
     f32-arithmetic kernels even where the pass takes the tensor-core ones."""
     mma = None if fma else (rows or kg.dsa_mma_rows(dt, S, D, V))
@@ -95,14 +97,24 @@ def dsa_launches(dt: str, S: int, H: int, D: int, T: int, K: int, V: int, scale:
 
 def mxfp4_launch(T: int, k: int, E: int, N: int, K: int) -> Launch:
     """mxfp4_moe over x [T, K], packed [E, N, K/2], experts [T, k] -> out [T·k, N]."""
-    return Launch(kg.MXFP4_MATVEC.ptx, "day0_mxfp4_matvec", kg.mxfp4_matvec_grid(T * k, N),
-                  ("x", "packed", "scales", "experts", "out"), (K, N, k, E))
+    return Launch(
+        kg.MXFP4_MATVEC.ptx,
+        "day0_mxfp4_matvec",
+        kg.mxfp4_matvec_grid(T * k, N),
+        ("x", "packed", "scales", "experts", "out"),
+        (K, N, k, E),
+    )
 
 
 def mxfp4_gemm_launch(T: int, k: int, E: int, N: int, K: int) -> Launch:
     """The grouped GEMM (the pass's kernel for mxfp4_moe with T != 1), same buffers; rows T·k."""
-    return Launch(kg.MXFP4_MOE_GEMM.ptx, "day0_mxfp4_moe_gemm", kg.mxfp4_gemm_grid(E, N),
-                  ("x", "packed", "scales", "experts", "out"), (K, N, k, E, T * k))
+    return Launch(
+        kg.MXFP4_MOE_GEMM.ptx,
+        "day0_mxfp4_moe_gemm",
+        kg.mxfp4_gemm_grid(E, N),
+        ("x", "packed", "scales", "experts", "out"),
+        (K, N, k, E, T * k),
+    )
 
 
 def all_launches() -> dict[str, Launch]:
@@ -126,8 +138,10 @@ def moe_gemm_shapes() -> dict[str, tuple[int, int, int, int]]:
     """(T, k, N, K) of the prefill chunk's two mxfp4_moe calls (models/moe.py's mxfp4_routed: down
     takes each (token, slot) row as a token of its own, k = 1)."""
     c = PREFILL_MOE
-    return {"gate_up": (c["T"], c["k"], 2 * c["intermediate"], c["hidden"]),
-            "down": (c["T"] * c["k"], 1, c["hidden"], c["intermediate"])}
+    return {
+        "gate_up": (c["T"], c["k"], 2 * c["intermediate"], c["hidden"]),
+        "down": (c["T"] * c["k"], 1, c["hidden"], c["intermediate"]),
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -215,8 +229,15 @@ def bench_indexer(run: Runner, T: int) -> list[dict]:
     q = torch.randn(1, H, D, device="cuda", generator=g)
     w = torch.rand(1, H, device="cuda", generator=g)
     copies = _copies(T * D * 2)
-    sets = [{"q": q, "w": w, "keys": torch.randn(T, D, device="cuda", generator=g).to(torch.bfloat16),
-             "out": torch.empty(1, T, device="cuda")} for _ in range(copies)]
+    sets = [
+        {
+            "q": q,
+            "w": w,
+            "keys": torch.randn(T, D, device="cuda", generator=g).to(torch.bfloat16),
+            "out": torch.empty(1, T, device="cuda"),
+        }
+        for _ in range(copies)
+    ]
     nbytes = T * D * 2 + T * 4 + H * D * 4 + H * 4
     ref = indexer_reference(q, sets[0]["keys"], w, scale)
     ref_bq = indexer_reference(q, sets[0]["keys"], w, scale, round_q=True)
@@ -232,9 +253,18 @@ def bench_indexer(run: Runner, T: int) -> list[dict]:
             torch.cuda.synchronize()
             out = sets[0]["out"]
             cold, hot = _time(run, lambda i: [(launch, sets[i])], copies)
-            res = {"piece": "indexer", "kernel": launch.entry, "T": T, "grid": list(launch.grid),
-                   "pass_grid": gx is None, "us": round(cold, 2), "hot_us": round(hot, 2), **_limit(nbytes, cold),
-                   "rel_err": _rel(out[0], ref[0]), "rel_err_vs_bf16_q": _rel(out[0], ref_bq[0])}
+            res = {
+                "piece": "indexer",
+                "kernel": launch.entry,
+                "T": T,
+                "grid": list(launch.grid),
+                "pass_grid": gx is None,
+                "us": round(cold, 2),
+                "hot_us": round(hot, 2),
+                **_limit(nbytes, cold),
+                "rel_err": _rel(out[0], ref[0]),
+                "rel_err_vs_bf16_q": _rel(out[0], ref_bq[0]),
+            }
             if gx is None:
                 res["topk"] = topk_agreement(out[0], ref[0], k)
             results.append(res)
@@ -248,14 +278,24 @@ def check_indexer_shapes(run: Runner) -> list[dict]:
     import torch
 
     g = torch.Generator(device="cuda").manual_seed(1)
-    cases = [(3, 32, 128, 5000, None), (2, 64, 128, 4099, None), (2, 40, 100, 777, None), (1, 8, 64, 33, None),
-             (1, 32, 128, 100_000, 1), (4, 61, 120, 3000, 2), (1, 1, 1, 17, None)]
+    cases = [
+        (3, 32, 128, 5000, None),
+        (2, 64, 128, 4099, None),
+        (2, 40, 100, 777, None),
+        (1, 8, 64, 33, None),
+        (1, 32, 128, 100_000, 1),
+        (4, 61, 120, 3000, 2),
+        (1, 1, 1, 17, None),
+    ]
     results = []
     for S, H, D, T, gx in cases:
-        t = {"q": torch.randn(S, H, D, device="cuda", generator=g), "w": torch.rand(S, H, device="cuda", generator=g),
-             "keys": torch.randn(T, D, device="cuda", generator=g).to(torch.bfloat16),
-             "out": torch.full((S, T), float("nan"), device="cuda")}
-        scale = D ** -0.5
+        t = {
+            "q": torch.randn(S, H, D, device="cuda", generator=g),
+            "w": torch.rand(S, H, device="cuda", generator=g),
+            "keys": torch.randn(T, D, device="cuda", generator=g).to(torch.bfloat16),
+            "out": torch.full((S, T), float("nan"), device="cuda"),
+        }
+        scale = D**-0.5
         res = {"piece": "indexer_check", "S": S, "H": H, "D": D, "T": T, "grid_x": gx}
         for kernel in ("bf16_mma", "bf16"):
             t["out"].fill_(float("nan"))
@@ -299,16 +339,23 @@ def _dsa_tensors(S, H, D, T, K, V, dtype, g, empty=0.0, max_splits=None):
     import torch
 
     bf = dtype
-    idx = torch.stack([torch.randperm(T, device="cuda", generator=g)[:K] for _ in range(S)]) if K <= T else \
-        torch.randint(0, T, (S, K), device="cuda", generator=g)
+    idx = (
+        torch.stack([torch.randperm(T, device="cuda", generator=g)[:K] for _ in range(S)])
+        if K <= T
+        else torch.randint(0, T, (S, K), device="cuda", generator=g)
+    )
     if empty:
         drop = torch.rand(S, K, device="cuda", generator=g) < empty
         idx = torch.where(drop, torch.where(torch.rand(S, K, device="cuda", generator=g) < 0.5, -1, T + 3), idx)
     splits = max_splits or K
-    return {"q": torch.randn(S, H, D, device="cuda", generator=g).to(bf),
-            "kv": torch.randn(T, D, device="cuda", generator=g).to(bf), "idx": idx,
-            "ml": torch.empty(S, splits, H, 2, device="cuda"), "acc": torch.empty(S, splits, H, V, device="cuda"),
-            "out": torch.empty(S, H, V, device="cuda", dtype=torch.float32)}
+    return {
+        "q": torch.randn(S, H, D, device="cuda", generator=g).to(bf),
+        "kv": torch.randn(T, D, device="cuda", generator=g).to(bf),
+        "idx": idx,
+        "ml": torch.empty(S, splits, H, 2, device="cuda"),
+        "acc": torch.empty(S, splits, H, V, device="cuda"),
+        "out": torch.empty(S, H, V, device="cuda", dtype=torch.float32),
+    }
 
 
 def check_dsa_shapes(run: Runner) -> list[dict]:
@@ -319,18 +366,28 @@ def check_dsa_shapes(run: Runner) -> list[dict]:
 
     g = torch.Generator(device="cuda").manual_seed(7)
     # S, H, D, T, K, V, fraction of empty slots
-    cases = [(1, 64, 576, 5000, 2048, 512, 0.0), (1, 64, 512, 4096, 2048, 512, 0.3), (1, 64, 576, 3000, 2048, 512, 0.97),
-             (3, 64, 576, 2000, 300, 512, 0.2), (2, 128, 576, 700, 100, 512, 0.1), (1, 40, 72, 100, 77, 64, 0.25),
-             (2, 4, 64, 32, 16, 64, 0.0), (1, 16, 256, 64, 2048, 128, 0.5), (1, 64, 576, 100, 33, 512, 1.0)]
+    cases = [
+        (1, 64, 576, 5000, 2048, 512, 0.0),
+        (1, 64, 512, 4096, 2048, 512, 0.3),
+        (1, 64, 576, 3000, 2048, 512, 0.97),
+        (3, 64, 576, 2000, 300, 512, 0.2),
+        (2, 128, 576, 700, 100, 512, 0.1),
+        (1, 40, 72, 100, 77, 64, 0.25),
+        (2, 4, 64, 32, 16, 64, 0.0),
+        (1, 16, 256, 64, 2048, 128, 0.5),
+        (1, 64, 576, 100, 33, 512, 1.0),
+    ]
     results = []
     for S, H, D, T, K, V, empty in cases:
         t = _dsa_tensors(S, H, D, T, K, V, torch.bfloat16, g, empty)
-        scale = D ** -0.5
+        scale = D**-0.5
         ref = dsa_reference(t["q"], t["kv"], t["idx"], scale, V)
         res = {"piece": "dsa_check", "S": S, "H": H, "D": D, "T": T, "K": K, "V": V, "empty": empty}
         scale_ref = ref.abs().max().clamp_min(1e-30)
-        variants = [("fma", dsa_launches("bf16", S, H, D, T, K, V, scale, fma=True)),
-                    ("pass", dsa_launches("bf16", S, H, D, T, K, V, scale))]
+        variants = [
+            ("fma", dsa_launches("bf16", S, H, D, T, K, V, scale, fma=True)),
+            ("pass", dsa_launches("bf16", S, H, D, T, K, V, scale)),
+        ]
         if kg.dsa_mma_rows("bf16", S, D, V) is not None:
             variants += [(f"mma_r{r}", dsa_launches("bf16", S, H, D, T, K, V, scale, rows=r)) for r in (16, 64)]
         for name, ls in variants:
@@ -348,41 +405,59 @@ def bench_dsa(run: Runner, T: int) -> list[dict]:
     import torch
 
     H, D, V, K = DSA["H"], DSA["D"], DSA["V"], DSA["K"]
-    scale = D ** -0.5
+    scale = D**-0.5
     g = torch.Generator(device="cuda").manual_seed(T + 1)
     bf = torch.bfloat16
     kv_copies = _copies(T * D * 2, most=4)
     kvs = [torch.randn(T, D, device="cuda", generator=g).to(bf) for _ in range(kv_copies)]
     variants = 32  # selections rotate too: 32 × 2 MB of rows > L2
     most_splits = kg.cdiv(K, 16)
-    shared = {"q": torch.randn(1, H, D, device="cuda", generator=g).to(bf),
-              "ml": torch.empty(1, most_splits, H, 2, device="cuda"),
-              "acc": torch.empty(1, most_splits, H, V, device="cuda"),
-              "out": torch.empty(1, H, V, device="cuda", dtype=torch.float32)}
-    sets = [{**shared, "kv": kvs[i % kv_copies],
-             "idx": torch.randperm(T, device="cuda", generator=g)[:K].reshape(1, K)} for i in range(variants)]
+    shared = {
+        "q": torch.randn(1, H, D, device="cuda", generator=g).to(bf),
+        "ml": torch.empty(1, most_splits, H, 2, device="cuda"),
+        "acc": torch.empty(1, most_splits, H, V, device="cuda"),
+        "out": torch.empty(1, H, V, device="cuda", dtype=torch.float32),
+    }
+    sets = [
+        {**shared, "kv": kvs[i % kv_copies], "idx": torch.randperm(T, device="cuda", generator=g)[:K].reshape(1, K)}
+        for i in range(variants)
+    ]
     ref = dsa_reference(shared["q"], sets[0]["kv"], sets[0]["idx"], scale, V)
     op_bytes = K * D * 2 + K * 8 + H * D * 2 + H * V * 4  # rows, indices, q, out (f32)
     results = []
     pass_rows = kg.dsa_mma_rows("bf16", 1, D, V)
     kernel_sets = [("pass", dsa_launches("bf16", 1, H, D, T, K, V, scale), True)]
-    kernel_sets += [(f"mma_r{r}", dsa_launches("bf16", 1, H, D, T, K, V, scale, rows=r), False)
-                    for r in (16, 32, 64, 128) if r != pass_rows]
+    kernel_sets += [
+        (f"mma_r{r}", dsa_launches("bf16", 1, H, D, T, K, V, scale, rows=r), False)
+        for r in (16, 32, 64, 128)
+        if r != pass_rows
+    ]
     kernel_sets += [("fma", dsa_launches("bf16", 1, H, D, T, K, V, scale, fma=True), False)]
     for label, (partial, combine), is_pass in kernel_sets:
         splits = partial.grid[0]
         rel = _rel(_dsa_run(run, (partial, combine), sets[0])[0].float(), ref[0])
         part_bytes = K * D * 2 + K * 8 + H * D * 2 + splits * H * (2 + V) * 4
         comb_bytes = splits * H * (2 + V) * 4 + H * V * 4
-        for name, launches, nbytes in (("partial", [partial], part_bytes), ("combine", [combine], comb_bytes),
-                                       ("partial+combine", [partial, combine], part_bytes + comb_bytes)):
+        for name, launches, nbytes in (
+            ("partial", [partial], part_bytes),
+            ("combine", [combine], comb_bytes),
+            ("partial+combine", [partial, combine], part_bytes + comb_bytes),
+        ):
             if not is_pass and name != "partial+combine":
                 continue
             cold, hot = _time(run, lambda i, ls=launches: [(l, sets[i]) for l in ls], variants)
-            res = {"piece": "dsa", "kernel": f"{name} [{label}: {partial.entry}]", "T": T,
-                   "grid": [list(l.grid) for l in launches], "pass_grid": is_pass,
-                   "us": round(cold, 2), "hot_us": round(hot, 2), **_limit(nbytes, cold),
-                   "op_limit_us": round(op_bytes / (BANDWIDTH_GBS * 1e3), 2), "rel_err": rel}
+            res = {
+                "piece": "dsa",
+                "kernel": f"{name} [{label}: {partial.entry}]",
+                "T": T,
+                "grid": [list(l.grid) for l in launches],
+                "pass_grid": is_pass,
+                "us": round(cold, 2),
+                "hot_us": round(hot, 2),
+                **_limit(nbytes, cold),
+                "op_limit_us": round(op_bytes / (BANDWIDTH_GBS * 1e3), 2),
+                "rel_err": rel,
+            }
             results.append(res)
             print(json.dumps(res), flush=True)
     return results
@@ -394,7 +469,7 @@ def bench_dsa_prefill(run: Runner) -> list[dict]:
     import torch
 
     S, H, D, V, K, T = 512, 16, 576, 512, 2048, 4224
-    scale = D ** -0.5
+    scale = D**-0.5
     g = torch.Generator(device="cuda").manual_seed(11)
     partial, combine = dsa_launches("bf16", S, H, D, T, K, V, scale)
     t = _dsa_tensors(S, H, D, T, K, V, torch.bfloat16, g, max_splits=partial.grid[0])
@@ -402,9 +477,19 @@ def bench_dsa_prefill(run: Runner) -> list[dict]:
     rel = _rel(_dsa_run(run, (partial, combine), t)[:4].float(), ref)
     cold, hot = _time(run, lambda i: [(partial, t), (combine, t)], 1)
     flops = 2 * S * H * K * (D + V)
-    res = {"piece": "dsa_prefill", "kernel": f"partial+combine [pass: {partial.entry}], S = {S}, H = {H}",
-           "S": S, "H": H, "T": T, "K": K, "grid": [list(partial.grid), list(combine.grid)],
-           "us": round(cold, 1), "hot_us": round(hot, 1), "tflops": round(flops / hot / 1e6, 1), "rel_err": rel}
+    res = {
+        "piece": "dsa_prefill",
+        "kernel": f"partial+combine [pass: {partial.entry}], S = {S}, H = {H}",
+        "S": S,
+        "H": H,
+        "T": T,
+        "K": K,
+        "grid": [list(partial.grid), list(combine.grid)],
+        "us": round(cold, 1),
+        "hot_us": round(hot, 1),
+        "tflops": round(flops / hot / 1e6, 1),
+        "rel_err": rel,
+    }
     print(json.dumps(res), flush=True)
     return [res]
 
@@ -413,7 +498,7 @@ def mxfp4_dequantize(packed, scales):
     """f32 [..., N, K] of packed u8 [..., N, K/2] (low nibble first) and E8M0 scales [..., N, K/32]."""
     import torch
 
-    lut = torch.tensor([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6], device=packed.device)
+    lut = torch.tensor([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], device=packed.device)
     v = torch.stack([lut[(packed & 15).long()], lut[(packed >> 4).long()]], -1).flatten(-2)
     s = torch.exp2(scales.float() - 127)
     return (v.unflatten(-1, (-1, 32)) * s[..., None]).flatten(-2)
@@ -434,12 +519,15 @@ def bench_moe(run: Runner) -> list[dict]:
     dn_w = {"packed": u8(E, hid, inter // 2), "scales": sc(E, hid, inter // 32)}
     x = torch.randn(1, hid, device="cuda", generator=g)
     h = torch.randn(k, inter, device="cuda", generator=g)
-    gu_sets = [{**gu_w, "x": x, "experts": c.reshape(1, k), "out": torch.empty(k, 2 * inter, device="cuda")}
-               for c in choices]
+    gu_sets = [
+        {**gu_w, "x": x, "experts": c.reshape(1, k), "out": torch.empty(k, 2 * inter, device="cuda")} for c in choices
+    ]
     dn_sets = [{**dn_w, "x": h, "experts": c.reshape(k, 1), "out": torch.empty(k, hid, device="cuda")} for c in choices]
     results = []
-    for name, launch, sets, w, xin, N, K in (("gate_up", gate_up, gu_sets, gu_w, x, 2 * inter, hid),
-                                             ("down", down, dn_sets, dn_w, h, hid, inter)):
+    for name, launch, sets, w, xin, N, K in (
+        ("gate_up", gate_up, gu_sets, gu_w, x, 2 * inter, hid),
+        ("down", down, dn_sets, dn_w, h, hid, inter),
+    ):
         run(launch, sets[0])
         torch.cuda.synchronize()
         e = choices[0]
@@ -448,8 +536,15 @@ def bench_moe(run: Runner) -> list[dict]:
         ref = torch.einsum("jnk,jk->jn", wd.double(), xs.double())
         nbytes = k * N * (K // 2 + K // 32) + xin.numel() * 4 + k * 8 + k * N * 4
         cold, hot = _time(run, lambda i, l=launch, s=sets: [(l, s[i])], variants)
-        res = {"piece": "moe", "kernel": name, "grid": list(launch.grid), "us": round(cold, 2), "hot_us": round(hot, 2),
-               **_limit(nbytes, cold), "rel_err": _rel(sets[0]["out"], ref)}
+        res = {
+            "piece": "moe",
+            "kernel": name,
+            "grid": list(launch.grid),
+            "us": round(cold, 2),
+            "hot_us": round(hot, 2),
+            **_limit(nbytes, cold),
+            "rel_err": _rel(sets[0]["out"], ref),
+        }
         results.append(res)
         print(json.dumps(res), flush=True)
     return results
@@ -480,9 +575,13 @@ def bench_moe_gemm(run: Runner) -> list[dict]:
     for name, (T, k, N, K) in moe_gemm_shapes().items():
         wbytes = E * N * (K // 2 + K // 32)
         copies = _copies(wbytes, most=4)
-        weights = [{"packed": torch.randint(0, 256, (E, N, K // 2), dtype=torch.uint8, device="cuda", generator=g),
-                    "scales": torch.randint(118, 124, (E, N, K // 32), dtype=torch.uint8, device="cuda", generator=g)}
-                   for _ in range(copies)]
+        weights = [
+            {
+                "packed": torch.randint(0, 256, (E, N, K // 2), dtype=torch.uint8, device="cuda", generator=g),
+                "scales": torch.randint(118, 124, (E, N, K // 32), dtype=torch.uint8, device="cuda", generator=g),
+            }
+            for _ in range(copies)
+        ]
         for case in ("random", "skewed", "T=3"):
             t = 3 if case == "T=3" else T
             experts = torch.rand(t, E, device="cuda", generator=g).topk(k, dim=1).indices  # distinct per token
@@ -501,9 +600,17 @@ def bench_moe_gemm(run: Runner) -> list[dict]:
                 torch.cuda.synchronize()
                 rel = _rel(sets[0]["out"], ref)  # NaN if a row was not written
                 cold, hot = _time(run, lambda i, l=launch, s=sets: [(l, s[i])], copies)
-                res = {"piece": "moe_gemm", "kernel": f"{kernel} {name} [{case}]", "T": t, "grid": list(launch.grid),
-                       "us": round(cold, 2), "hot_us": round(hot, 2), **_limit(nbytes, cold), "rel_err": rel,
-                       "ok": rel < MOE_GEMM_MAX_REL_ERR}
+                res = {
+                    "piece": "moe_gemm",
+                    "kernel": f"{kernel} {name} [{case}]",
+                    "T": t,
+                    "grid": list(launch.grid),
+                    "us": round(cold, 2),
+                    "hot_us": round(hot, 2),
+                    **_limit(nbytes, cold),
+                    "rel_err": rel,
+                    "ok": rel < MOE_GEMM_MAX_REL_ERR,
+                }
                 results.append(res)
                 print(json.dumps(res), flush=True)
         del weights, sets
@@ -532,7 +639,10 @@ def _over_contexts(bench, run: Runner, contexts) -> list[dict]:
 
 
 def _table(results: list[dict]) -> str:
-    lines = ["| piece | kernel | T | grid | µs | hot µs | limit µs | limit ÷ µs | check |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| piece | kernel | T | grid | µs | hot µs | limit µs | limit ÷ µs | check |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in results:
         if r["piece"] in ("indexer_check", "dsa_check"):
             continue
@@ -541,15 +651,28 @@ def _table(results: list[dict]) -> str:
             check = f"rel {r['rel_err']:.1e}"
         if "topk" in r:
             t = r["topk"]
-            check += ", top-k same" if t["same_set"] else f", top-k {t['swapped']} swapped" + (
-                " (within error)" if t.get("swaps_within_error_of_kth") else "")
+            check += (
+                ", top-k same"
+                if t["same_set"]
+                else f", top-k {t['swapped']} swapped"
+                + (" (within error)" if t.get("swaps_within_error_of_kth") else "")
+            )
         if r["piece"] == "topk":
-            r = {**r, "kernel": "radix top-k", "T": r["n"], "us": round(r["all_us"], 2), "hot_us": "", "grid": "",
-                 "correct": r["correct"]}
+            r = {
+                **r,
+                "kernel": "radix top-k",
+                "T": r["n"],
+                "us": round(r["all_us"], 2),
+                "hot_us": "",
+                "grid": "",
+                "correct": r["correct"],
+            }
             check = "exact" if r["correct"] else "WRONG"
         kernel = r["kernel"] + ("" if r.get("pass_grid", True) else " (other grid)")
-        lines.append(f"| {r['piece']} | {kernel} | {r.get('T', '')} | {r['grid']} | {r['us']} | {r['hot_us']} | "
-                     f"{r.get('limit_us', '')} | {r.get('limit_over_time', '')} | {check} |")
+        lines.append(
+            f"| {r['piece']} | {kernel} | {r.get('T', '')} | {r['grid']} | {r['us']} | {r['hot_us']} | "
+            f"{r.get('limit_us', '')} | {r.get('limit_over_time', '')} | {check} |"
+        )
     return "\n".join(lines)
 
 

@@ -47,26 +47,44 @@ def _cases():
     idx[:4, 4:] = -1
     packed = torch.randint(0, 255, (4, 32, 32), dtype=torch.uint8, generator=g)
     scales = torch.randint(120, 130, (4, 32, 2), dtype=torch.uint8, generator=g)
-    rows = {f"topk_random_T{n}": (lambda x: torch.topk(x, 8, sorted=False).indices, (r(S, n),), ({0: "s"},))
-            for n in (16, 64, 512)}
-    rows |= {f"topk_masked_T{n}": (lambda x: select_topk(causal(x), 8), (r(S, n),), ({0: "s"},))
-             for n in (16, 512)}
+    rows = {
+        f"topk_random_T{n}": (lambda x: torch.topk(x, 8, sorted=False).indices, (r(S, n),), ({0: "s"},))
+        for n in (16, 64, 512)
+    }
+    rows |= {f"topk_masked_T{n}": (lambda x: select_topk(causal(x), 8), (r(S, n),), ({0: "s"},)) for n in (16, 512)}
     return rows | {
         # name: (fn, args, dynamic dims per arg)
         "topk_masked": (lambda x: select_topk(causal(x), 8), (r(S, T),), ({0: "s"},)),
-        "topk_padded": (lambda x: select_topk(F.pad(causal(x), (0, 8), value=INVISIBLE), 8),
-                        (r(S, S),), ({0: "s", 1: "s"},)),
-        "dsa_prefill": (lambda q, kv, i: torch.ops.day0.dsa_attention(q, kv, i, 0.25, 16),
-                        (r(S, 4, 24), r(T, 24), idx), ({0: "s"}, None, {0: "s"})),
-        "index_copy": (lambda rows, cache, start: cache.index_copy(
-                           0, start + torch.arange(rows.shape[0]), rows) * 1.0,
-                       (r(S, 24), r(T, 24), torch.tensor([3])), ({0: "s"}, None, None)),
-        "indexer_scores": (lambda q, k: torch.einsum("shd,td->sht", q, k).relu().sum(1),
-                           (r(S, 16, 32), r(T, 32)), ({0: "s"}, None)),
-        "mxfp4_moe": (lambda x, e: torch.ops.day0.mxfp4_moe(x, packed, scales, e),
-                      (r(S, 64), torch.randint(0, 4, (S, 2), generator=g)), ({0: "s"}, {0: "s"})),
-        "embedding_rope": (lambda ids, table: table.index_select(0, ids).cos(),
-                           (torch.randint(0, 100, (S,), generator=g), r(100, 8)), ({0: "s"}, None)),
+        "topk_padded": (
+            lambda x: select_topk(F.pad(causal(x), (0, 8), value=INVISIBLE), 8),
+            (r(S, S),),
+            ({0: "s", 1: "s"},),
+        ),
+        "dsa_prefill": (
+            lambda q, kv, i: torch.ops.day0.dsa_attention(q, kv, i, 0.25, 16),
+            (r(S, 4, 24), r(T, 24), idx),
+            ({0: "s"}, None, {0: "s"}),
+        ),
+        "index_copy": (
+            lambda rows, cache, start: cache.index_copy(0, start + torch.arange(rows.shape[0]), rows) * 1.0,
+            (r(S, 24), r(T, 24), torch.tensor([3])),
+            ({0: "s"}, None, None),
+        ),
+        "indexer_scores": (
+            lambda q, k: torch.einsum("shd,td->sht", q, k).relu().sum(1),
+            (r(S, 16, 32), r(T, 32)),
+            ({0: "s"}, None),
+        ),
+        "mxfp4_moe": (
+            lambda x, e: torch.ops.day0.mxfp4_moe(x, packed, scales, e),
+            (r(S, 64), torch.randint(0, 4, (S, 2), generator=g)),
+            ({0: "s"}, {0: "s"}),
+        ),
+        "embedding_rope": (
+            lambda ids, table: table.index_select(0, ids).cos(),
+            (torch.randint(0, 100, (S,), generator=g), r(100, 8)),
+            ({0: "s"}, None),
+        ),
     }
 
 
@@ -83,7 +101,7 @@ def build(out: Path, target: str) -> None:
     index = {}
     for name, (fn, args, dims) in _cases().items():
         seq = torch.export.Dim("s", min=2, max=64)
-        shapes = tuple(None if d is None else {k: seq for k in d} for d in dims)
+        shapes = tuple(None if d is None else dict.fromkeys(d, seq) for d in dims)
 
         class M(torch.nn.Module):
             def forward(self, *a):
@@ -108,8 +126,11 @@ def run_one(out: Path, name: str, device: str, save_dir: str | None = None) -> N
 
     data = np.load(out / f"{name}.npz")
     n = json.loads((out / "cases.json").read_text())[name]
-    got = VmModule.load(out / f"{name}.gpu.vmfb", device=device).function("main")(
-        *[data[f"arr_{i}"] for i in range(n)]).to_host()
+    got = (
+        VmModule.load(out / f"{name}.gpu.vmfb", device=device)
+        .function("main")(*[data[f"arr_{i}"] for i in range(n)])
+        .to_host()
+    )
     want = data["expected"]
     if name.startswith("topk"):  # a selection is a set: the two targets order it differently
         got, want = np.sort(got, axis=-1), np.sort(want, axis=-1)

@@ -66,10 +66,15 @@ def main(argv=None) -> int:
     s.prefill(ids[:prompt])
     room = s.max_seq_len - s.position  # decode steps the artifact has room for
     decode_s = median_seconds(lambda: s.decode(int(ids[prompt])), max(1, min(50, room - 1)))
-    result = {"device": a.device, "rel_err_vs_cpu": float(err), "second_turn_rel_err": turn2_err,
-              "load_s": load_s,
-              "prefill_ms": prefill_s * 1e3, "prefill_tokens": int(prompt),
-              "decode_ms_per_step": decode_s * 1e3}
+    result = {
+        "device": a.device,
+        "rel_err_vs_cpu": float(err),
+        "second_turn_rel_err": turn2_err,
+        "load_s": load_s,
+        "prefill_ms": prefill_s * 1e3,
+        "prefill_tokens": int(prompt),
+        "decode_ms_per_step": decode_s * 1e3,
+    }
     print(json.dumps(result, indent=2))
     if a.json:
         Path(a.json).write_text(json.dumps(result, indent=2))

@@ -67,7 +67,7 @@ def build(out: Path, target: str = "cuda-sm90") -> None:
             module = parse_module(_torch_stub(k))
             run_pipeline(module, "builtin.module(topk-to-radix-select)")
             text = str(module)
-        body = text[text.index("{", text.index("module")) + 1: text.rindex("}")]
+        body = text[text.index("{", text.index("module")) + 1 : text.rindex("}")]
         stub_end = body.index("hal.executable.source")
         # drop the torch stub; keep the executable and the select function, add the entry points
         body = body[stub_end:]
@@ -189,13 +189,15 @@ def run(out: Path, device: str, timeout: float) -> list[dict]:
     names = list(_cases(np.random.default_rng(0)))
     jobs = [("_check", n) for n in names]
     for mode, name in jobs:
-        cmd = [sys.executable, "-m", "day0.tools.bench.gpu_topk_check", mode, str(out), name,
-               "--device", device]
+        cmd = [sys.executable, "-m", "day0.tools.bench.gpu_topk_check", mode, str(out), name, "--device", device]
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
             line = p.stdout.strip().splitlines()[-1] if p.returncode == 0 and p.stdout.strip() else None
-            res = json.loads(line) if line else {"case": name, "mode": mode,
-                                                 "error": "\n".join(p.stderr.strip().splitlines()[-5:])}
+            res = (
+                json.loads(line)
+                if line
+                else {"case": name, "mode": mode, "error": "\n".join(p.stderr.strip().splitlines()[-5:])}
+            )
         except subprocess.TimeoutExpired:
             res = {"case": name, "mode": mode, "error": f"timed out after {timeout} s"}
         print(json.dumps(res), flush=True)

@@ -89,11 +89,68 @@ BOS, EOS = "<bos>", "<eos>"
 # Merges appended after the specials (ids 258...), each `prefix + last char` of an earlier
 # token; a space is the byte-level "Ġ". Only there so the tokenizer covers the model vocab.
 _MERGE_WORDS = [
-    " t", " a", "he", "in", "re", "on", " th", "er", " s", "at", "en", "nd", " w", " o", "es",
-    " the", "or", "is", "it", "ou", "an", " c", " b", " f", " m", " p", "ed", "ing", "ar", "al",
-    " d", "le", " h", "as", "st", " i", " in", "ic", " an", " and", " to", " of", "ti", " l",
-    " n", " e", " r", " g", "ll", "om", "ve", "ro", "ent", " be", "ly", "se", " y", " ha",
-    "ch", "ut", " is", "ay",
+    " t",
+    " a",
+    "he",
+    "in",
+    "re",
+    "on",
+    " th",
+    "er",
+    " s",
+    "at",
+    "en",
+    "nd",
+    " w",
+    " o",
+    "es",
+    " the",
+    "or",
+    "is",
+    "it",
+    "ou",
+    "an",
+    " c",
+    " b",
+    " f",
+    " m",
+    " p",
+    "ed",
+    "ing",
+    "ar",
+    "al",
+    " d",
+    "le",
+    " h",
+    "as",
+    "st",
+    " i",
+    " in",
+    "ic",
+    " an",
+    " and",
+    " to",
+    " of",
+    "ti",
+    " l",
+    " n",
+    " e",
+    " r",
+    " g",
+    "ll",
+    "om",
+    "ve",
+    "ro",
+    "ent",
+    " be",
+    "ly",
+    "se",
+    " y",
+    " ha",
+    "ch",
+    "ut",
+    " is",
+    "ay",
 ]
 
 
@@ -107,7 +164,7 @@ def tiny_deepseek_v32_config(**overrides):
 @torch.no_grad()
 def _break_ties(model) -> None:
     """Post-init tweaks that make indexer and router selections tie-free (module docstring)."""
-    for name, module in model.named_modules():
+    for module in model.modules():
         if type(module).__name__ == "DeepseekV32Indexer":
             module.k_norm.bias.fill_(INDEXER_K_NORM_BIAS)
             module.wq_b.weight.mul_(INDEXER_WEIGHT_SCALE)

@@ -56,16 +56,34 @@ TINY_TEXT: dict = dict(
 )
 # The small model of `make bench` and `make bench-gpu` (tools/bench/bench_glm5.py, tools/bench/bench_gpu_glm5.py):
 # 4 layers (KDA, DSA full, DSA shared, KDA), hidden 256, 16 experts top-4, k-pool 8, top-64.
-BENCH_SMALL: dict = dict(vocab_size=1024, hidden_size=256, intermediate_size=512, moe_intermediate_size=256,
-                         num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=8, q_lora_rank=128,
-                         kv_lora_rank=64, qk_nope_head_dim=32, v_head_dim=32, n_routed_experts=16,
-                         num_experts_per_tok=4, index_topk=64, index_head_dim=32, index_n_heads=8, index_kpool=8,
-                         layer_types=["linear_attention", "indexed_attention", "indexed_attention", "linear_attention"],
-                         indexer_types=["full", "full", "shared", "full"],
-                         mlp_layer_types=["dense", "sparse", "sparse", "sparse"],
-                         linear_head_dim=32, linear_num_heads=8, hc_mult=2)
-TINY_VISION: dict = dict(depth=1, hidden_size=16, num_heads=2, intermediate_size=32, out_hidden_size=32,
-                         projection_intermediate_size=32)
+BENCH_SMALL: dict = dict(
+    vocab_size=1024,
+    hidden_size=256,
+    intermediate_size=512,
+    moe_intermediate_size=256,
+    num_hidden_layers=4,
+    num_attention_heads=8,
+    num_key_value_heads=8,
+    q_lora_rank=128,
+    kv_lora_rank=64,
+    qk_nope_head_dim=32,
+    v_head_dim=32,
+    n_routed_experts=16,
+    num_experts_per_tok=4,
+    index_topk=64,
+    index_head_dim=32,
+    index_n_heads=8,
+    index_kpool=8,
+    layer_types=["linear_attention", "indexed_attention", "indexed_attention", "linear_attention"],
+    indexer_types=["full", "full", "shared", "full"],
+    mlp_layer_types=["dense", "sparse", "sparse", "sparse"],
+    linear_head_dim=32,
+    linear_num_heads=8,
+    hc_mult=2,
+)
+TINY_VISION: dict = dict(
+    depth=1, hidden_size=16, num_heads=2, intermediate_size=32, out_hidden_size=32, projection_intermediate_size=32
+)
 
 ROUTER_BIAS_STD = 0.05
 NORM_STD = 0.2

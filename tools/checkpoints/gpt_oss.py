@@ -66,8 +66,9 @@ def _tweak(model) -> None:
             module.sinks.normal_(0.0, SINK_STD)
 
 
-def write_tiny_gpt_oss_checkpoint(path, config_overrides: dict | None = None, seed: int = 0,
-                                  mxfp4: bool = True) -> Path:
+def write_tiny_gpt_oss_checkpoint(
+    path, config_overrides: dict | None = None, seed: int = 0, mxfp4: bool = True
+) -> Path:
     """Write a random GptOssForCausalLM (float32) to the directory `path`; with `mxfp4` its
     experts are stored MXFP4-quantized in the gpt-oss layout (see the module docstring)."""
     from transformers import GptOssForCausalLM
@@ -82,4 +83,3 @@ def write_tiny_gpt_oss_checkpoint(path, config_overrides: dict | None = None, se
         write_seeded(tmp, GptOssForCausalLM, config, seed, _tweak)
         quantize_checkpoint(tmp, path, layout="gpt-oss")
     return path
-
