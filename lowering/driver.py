@@ -26,21 +26,18 @@ DEFAULT_MAX_SEQ_LEN = 4096
 # What each entry point takes and returns (the manifest's EntryPoint records; frontend/export.py
 # emits them). Every one also returns the greedy next token after the logits.
 NEXT = "next[1] int64 (argmax of the last row, lowest id on ties)"
+PREFILL = {
+    "inputs": ("ids[S] int64", "start[1] int64", "*state"),
+    "outputs": ("logits[S,V] float32", NEXT, "*state"),
+    "min_len": 2,
+}
 ENTRY_POINTS = {
-    "prefill": {
-        "inputs": ("ids[S] int64", "start[1] int64", "*state"),
-        "outputs": ("logits[S,V] float32", NEXT, "*state"),
-        "min_len": 2,
-    },
+    "prefill": PREFILL,
     "decode": {
         "inputs": ("token[1] int64", "pos[1] int64", "*state"),
         "outputs": ("logits[1,V] float32", NEXT, "*state"),
     },
-    "prefill_first": {
-        "inputs": ("ids[S] int64", "start[1] int64 (must be 0)", "*state"),
-        "outputs": ("logits[S,V] float32", NEXT, "*state"),
-        "min_len": 2,
-    },
+    "prefill_first": {**PREFILL, "inputs": ("ids[S] int64", "start[1] int64 (must be 0)", "*state")},
     "prefill_chunk": {
         "inputs": ("ids[C] int64 (C = static_len)", "start[1] int64", "*state"),
         "outputs": ("logits[C,V] float32", NEXT, "*state"),
@@ -140,7 +137,6 @@ def compile_checkpoint(
         FileRecord,
         Manifest,
         Parameters,
-        StateTensor,
         publish,
         staging_dir,
     )
@@ -218,7 +214,7 @@ def compile_checkpoint(
                 name: EntryPoint(**ENTRY_POINTS[name], **({"static_len": chunk} if name == "prefill_chunk" else {}))
                 for name in entry_points(model, chunk)
             },
-            state=tuple(StateTensor(s.name, s.kind, s.layer, tuple(s.shape), s.dtype) for s in model.state_specs()),
+            state=tuple(model.state_specs()),
             parameters=Parameters(
                 scope="model",
                 base_dir=str(checkpoint_dir),

@@ -6,25 +6,13 @@ An architecture subclasses `CausalLM`, provides `state_specs()`, `step(ids, star
 tree mirrors the checkpoint's tensor names exactly.
 """
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor, nn
 
 from day0.models.layers import RMSNorm, rope_table
+from day0.runtime.artifact import StateTensor
 
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
-
-
-@dataclass(frozen=True)
-class StateSpec:
-    """One state tensor the runtime keeps on the device between calls."""
-
-    name: str
-    kind: str  # e.g. "mla_latent", "indexer_keys", "keys", "values"
-    layer: int
-    shape: tuple[int, ...]
-    dtype: str = "float32"
 
 
 class ParameterShapes(dict):
@@ -114,7 +102,7 @@ class CausalLM(nn.Module):
             self.unused_tensors,
         )
 
-    def state_specs(self) -> list[StateSpec]:
+    def state_specs(self) -> list[StateTensor]:
         raise NotImplementedError
 
     def empty_state(self) -> list[Tensor]:

@@ -14,11 +14,12 @@ in the model's cache dtype (float32 or bfloat16; the math is float32).
 import torch
 from torch import Tensor, nn
 
-from day0.models.base import STATIC_ROPE_TYPES, Backbone, CausalLM, StateSpec
+from day0.models.base import STATIC_ROPE_TYPES, Backbone, CausalLM
 from day0.models.config import ConfigError, require
 from day0.models.layers import MLP, RMSNorm
 from day0.models.mla import SparseMLA
 from day0.models.moe import MoE
+from day0.runtime.artifact import StateTensor
 
 MODEL_TYPE = "deepseek_v32"
 
@@ -118,14 +119,14 @@ class DeepseekV32(CausalLM):
         """K, the number of positions the indexer selects per query (the DSA op's width)."""
         return min(self.cfg.index_topk, self.max_seq_len)
 
-    def state_specs(self) -> list[StateSpec]:
+    def state_specs(self) -> list[StateTensor]:
         c, t = self.cfg, self.max_seq_len
         kv = [
-            StateSpec(f"kv_cache.{i}", "mla_latent", i, (t, c.kv_lora_rank + c.qk_rope_head_dim), self.cache_dtype)
+            StateTensor(f"kv_cache.{i}", "mla_latent", i, (t, c.kv_lora_rank + c.qk_rope_head_dim), self.cache_dtype)
             for i in range(c.num_hidden_layers)
         ]
         ix = [
-            StateSpec(f"index_cache.{i}", "indexer_keys", i, (t, c.index_head_dim), self.cache_dtype)
+            StateTensor(f"index_cache.{i}", "indexer_keys", i, (t, c.index_head_dim), self.cache_dtype)
             for i in range(c.num_hidden_layers)
         ]
         return kv + ix

@@ -22,14 +22,15 @@ import torch
 from torch import Tensor, nn
 
 from day0.frontend import ops  # noqa: F401  (registers torch.ops.day0.*)
-from day0.models.base import Backbone, CausalLM, StateSpec
-from day0.models.config import ConfigError, require
+from day0.models.base import Backbone, CausalLM
+from day0.models.config import ConfigError, require, require_group_routing, require_layer_kinds
 from day0.models.kda import KdaAttention
 from day0.models.kpool_indexer import KPoolIndexer
 from day0.models.layers import MLP, RMSNorm
 from day0.models.mhc import hc_merge, hc_parameters, hc_weights
 from day0.models.mla import NopeMLA
 from day0.models.moe import MoE
+from day0.runtime.artifact import StateTensor
 
 MODEL_TYPE = "glm5_next"
 LAYER_TYPES = ("linear_attention", "indexed_attention", "full_attention")  # full_attention = indexed
@@ -81,7 +82,7 @@ def parse_config(raw: dict):
         ("mlp_layer_types", MLP_TYPES),
     ):
         if fields.get(field) is not None:
-            _check_layer_kinds(field, fields[field], kinds, n)
+            require_layer_kinds(field, fields[field], kinds, n)
     require(
         get("qk_rope_head_dim") == 0,
         "qk_rope_head_dim",
@@ -120,9 +121,9 @@ def parse_config(raw: dict):
     if isinstance(raw.get("text_config"), dict):  # the wrapper decides whether lm_head is tied
         cfg.tie_word_embeddings = bool(raw.get("tie_word_embeddings", False))
     require(cfg.hidden_act == "silu", "hidden_act", f"'{cfg.hidden_act}' is not supported (only silu)")
-    _check_layer_kinds("layer_types", cfg.layer_types, LAYER_TYPES, n)
-    _check_layer_kinds("indexer_types", cfg.indexer_types, INDEXER_TYPES, n)
-    _check_layer_kinds("mlp_layer_types", cfg.mlp_layer_types, MLP_TYPES, n)
+    require_layer_kinds("layer_types", cfg.layer_types, LAYER_TYPES, n)
+    require_layer_kinds("indexer_types", cfg.indexer_types, INDEXER_TYPES, n)
+    require_layer_kinds("mlp_layer_types", cfg.mlp_layer_types, MLP_TYPES, n)
     for i, (kind, indexer) in enumerate(zip(cfg.layer_types, cfg.indexer_types)):
         if kind == "indexed_attention" and indexer == "shared":
             ok = i > 0 and cfg.layer_types[i - 1] == "indexed_attention" and cfg.indexer_types[i - 1] == "full"
@@ -150,22 +151,15 @@ def parse_config(raw: dict):
         f"must be a positive int (got {cfg.hc_sinkhorn_iters})",
     )
     if "sparse" in cfg.mlp_layer_types:
-        e = cfg.n_routed_experts
-        require(cfg.n_group > 0 and e % cfg.n_group == 0, "n_group", f"must divide n_routed_experts ({e})")
-        require(e // cfg.n_group >= 2, "n_group", "each group needs at least 2 experts")
-        require(0 < cfg.topk_group <= cfg.n_group, "topk_group", "must be in [1, n_group]")
-        require(
-            0 < cfg.num_experts_per_tok <= cfg.topk_group * (e // cfg.n_group),
-            "num_experts_per_tok",
-            "must be in [1, the experts of topk_group groups]",
+        require_group_routing(
+            cfg.n_routed_experts,
+            cfg.n_group,
+            cfg.topk_group,
+            cfg.num_experts_per_tok,
+            group_field="n_group",
+            per_token_field="num_experts_per_tok",
         )
     return cfg
-
-
-def _check_layer_kinds(field: str, values, kinds: tuple[str, ...], n: int) -> None:
-    require(isinstance(values, list) and len(values) == n, field, f"needs one entry per layer ({n})")
-    bad = sorted({str(v) for v in values if v not in kinds})
-    require(not bad, field, f"unsupported values {bad} (supported: {', '.join(kinds)})")
 
 
 def routed_expert_format(raw: dict) -> str:
@@ -283,22 +277,22 @@ class Glm5Next(CausalLM):
         kpool = self.cfg.index_kpool
         return kpool if self.selection_width() is not None and self.max_seq_len % kpool == 0 else 0
 
-    def state_specs(self) -> list[StateSpec]:
+    def state_specs(self) -> list[StateTensor]:
         c, t, specs = self.cfg, self.max_seq_len, []
         for i, layer in enumerate(self.layers):
             if layer.is_kda:
                 conv, rec = layer.self_attn.state_shapes()
                 specs += [
-                    StateSpec(f"conv_tail.{i}", "conv_tail", i, conv),
-                    StateSpec(f"kda_state.{i}", "kda_state", i, rec),
+                    StateTensor(f"conv_tail.{i}", "conv_tail", i, conv),
+                    StateTensor(f"kda_state.{i}", "kda_state", i, rec),
                 ]
                 continue
-            specs.append(StateSpec(f"kv_cache.{i}", "mla_latent", i, (t, c.kv_lora_rank + c.qk_rope_head_dim)))
+            specs.append(StateTensor(f"kv_cache.{i}", "mla_latent", i, (t, c.kv_lora_rank + c.qk_rope_head_dim)))
             if layer.full_indexer:
                 keys, pools = layer.self_attn.indexer.state_shapes(t)
                 specs += [
-                    StateSpec(f"index_keys.{i}", "indexer_keys", i, keys),
-                    StateSpec(f"index_pools.{i}", "indexer_pools", i, pools),
+                    StateTensor(f"index_keys.{i}", "indexer_keys", i, keys),
+                    StateTensor(f"index_pools.{i}", "indexer_pools", i, pools),
                 ]
         return specs
 

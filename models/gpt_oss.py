@@ -17,9 +17,10 @@ from torch import Tensor, nn
 
 import day0.frontend.ops  # noqa: F401  (registers torch.ops.day0.*)
 from day0.models.attention import SinkAttention
-from day0.models.base import STATIC_ROPE_TYPES, Backbone, CausalLM, StateSpec
+from day0.models.base import STATIC_ROPE_TYPES, Backbone, CausalLM
 from day0.models.config import ConfigError, require
 from day0.models.layers import RMSNorm
+from day0.runtime.artifact import StateTensor
 
 MODEL_TYPE = "gpt_oss"
 LAYER_TYPES = ("sliding_attention", "full_attention")
@@ -214,11 +215,11 @@ class GptOss(CausalLM):
     def rope_dim(self) -> int:
         return self.cfg.head_dim
 
-    def state_specs(self) -> list[StateSpec]:
+    def state_specs(self) -> list[StateTensor]:
         c, t = self.cfg, self.max_seq_len
         shape = (t, c.num_key_value_heads, c.head_dim)
-        return [StateSpec(f"k_cache.{i}", "keys", i, shape) for i in range(c.num_hidden_layers)] + [
-            StateSpec(f"v_cache.{i}", "values", i, shape) for i in range(c.num_hidden_layers)
+        return [StateTensor(f"k_cache.{i}", "keys", i, shape) for i in range(c.num_hidden_layers)] + [
+            StateTensor(f"v_cache.{i}", "values", i, shape) for i in range(c.num_hidden_layers)
         ]
 
     def step(self, ids: Tensor, start: Tensor, *state: Tensor) -> tuple[Tensor, ...]:

@@ -23,12 +23,13 @@ from types import SimpleNamespace
 import torch
 from torch import Tensor, nn
 
-from day0.models.base import Backbone, CausalLM, StateSpec
-from day0.models.config import ConfigError, require
+from day0.models.base import Backbone, CausalLM
+from day0.models.config import ConfigError, require, require_group_routing, require_layer_kinds
 from day0.models.kda import KdaAttention
 from day0.models.layers import MLP, RMSNorm
 from day0.models.mla import NopeMLA
 from day0.models.moe import Experts, MoE, Mxfp4Expert, Mxfp4Experts, Router
+from day0.runtime.artifact import StateTensor
 
 MODEL_TYPE = "kimi_linear"
 LAYER_TYPES = ("linear_attention", "full_attention")
@@ -64,8 +65,8 @@ def parse_config(raw: dict):
     cfg.day0_dense_mlp_name = dense_mlp_name(raw)
     cfg.day0_expert_format = expert_format
     require(cfg.hidden_act == "silu", "hidden_act", f"'{cfg.hidden_act}' is not supported (only silu)")
-    _check_layer_kinds("layer_types", cfg.layer_types, LAYER_TYPES, cfg.num_hidden_layers)
-    _check_layer_kinds("mlp_layer_types", cfg.mlp_layer_types, MLP_TYPES, cfg.num_hidden_layers)
+    require_layer_kinds("layer_types", cfg.layer_types, LAYER_TYPES, cfg.num_hidden_layers)
+    require_layer_kinds("mlp_layer_types", cfg.mlp_layer_types, MLP_TYPES, cfg.num_hidden_layers)
     if "linear_attention" in cfg.layer_types:
         require(
             cfg.linear_num_heads > 0 and cfg.linear_head_dim > 0,
@@ -86,14 +87,13 @@ def parse_config(raw: dict):
         require(cfg.q_lora_rank is None or cfg.q_lora_rank > 0, "q_lora_rank", "must be null or a positive int")
         require(cfg.qk_rope_head_dim >= 0, "qk_rope_head_dim", "must be non-negative")
     if "sparse" in cfg.mlp_layer_types:
-        e = cfg.num_local_experts
-        require(cfg.n_group > 0 and e % cfg.n_group == 0, "num_expert_group", f"must divide num_experts ({e})")
-        require(e // cfg.n_group >= 2, "num_expert_group", "each group needs at least 2 experts")
-        require(0 < cfg.topk_group <= cfg.n_group, "topk_group", "must be in [1, num_expert_group]")
-        require(
-            0 < cfg.num_experts_per_tok <= cfg.topk_group * (e // cfg.n_group),
-            "num_experts_per_token",
-            "must be in [1, the experts of topk_group groups]",
+        require_group_routing(
+            cfg.num_local_experts,
+            cfg.n_group,
+            cfg.topk_group,
+            cfg.num_experts_per_tok,
+            group_field="num_expert_group",
+            per_token_field="num_experts_per_token",
         )
     return cfg
 
@@ -143,13 +143,7 @@ def _check_layer_lists(raw: dict) -> None:
             )
     for field, kinds in (("layer_types", LAYER_TYPES), ("mlp_layer_types", MLP_TYPES)):
         if raw.get(field) is not None:
-            _check_layer_kinds(field, raw[field], kinds, n)
-
-
-def _check_layer_kinds(field: str, values, kinds: tuple[str, ...], n: int) -> None:
-    require(isinstance(values, list) and len(values) == n, field, f"needs one entry per layer ({n})")
-    bad = sorted({str(v) for v in values if v not in kinds})
-    require(not bad, field, f"unsupported values {bad} (supported: {', '.join(kinds)})")
+            require_layer_kinds(field, raw[field], kinds, n)
 
 
 def router_config(cfg) -> SimpleNamespace:
@@ -256,18 +250,20 @@ class KimiLinear(CausalLM):
     def rope_dim(self) -> int:
         return 0  # NoPE: no rope table
 
-    def state_specs(self) -> list[StateSpec]:
+    def state_specs(self) -> list[StateTensor]:
         c, specs = self.cfg, []
         for i, layer in enumerate(self.model.layers):
             if layer.is_kda:
                 conv, rec = layer.self_attn.state_shapes()
                 specs += [
-                    StateSpec(f"conv_tail.{i}", "conv_tail", i, conv),
-                    StateSpec(f"kda_state.{i}", "kda_state", i, rec),
+                    StateTensor(f"conv_tail.{i}", "conv_tail", i, conv),
+                    StateTensor(f"kda_state.{i}", "kda_state", i, rec),
                 ]
             else:
                 specs.append(
-                    StateSpec(f"kv_cache.{i}", "mla_latent", i, (self.max_seq_len, c.kv_lora_rank + c.qk_rope_head_dim))
+                    StateTensor(
+                        f"kv_cache.{i}", "mla_latent", i, (self.max_seq_len, c.kv_lora_rank + c.qk_rope_head_dim)
+                    )
                 )
         return specs
 

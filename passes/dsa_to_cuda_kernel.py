@@ -37,16 +37,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from day0.frontend.ir import Operation, ir
+from day0.frontend.ir import ir
 from day0.lowering import kernel_geometry as kg
-from day0.passes.base import DiagnosticEngine, ModulePass, collect_sites, operator_name
-from day0.passes.extern_dispatch import call_kernels, executable_source_text, scale_tag, tensor_text
+from day0.passes.extern_dispatch import KernelCallPass, scale_tag, tensor_text
 from day0.passes.sites.dsa_attention import OP_NAME, DsaAttentionSite, match_dsa_attention
 from day0.passes.torch_ir import TensorType, TorchBuilder, replace_op
 
 EXECUTABLE = kg.DSA_ATTENTION.executable
-# (tests/test_cuda_kernels.py reads the kernel set's PTX and ABI here)
-KERNEL_PTX, KERNEL_ABI = kg.DSA_ATTENTION.ptx, kg.DSA_ATTENTION.entries
 
 
 def function_name(dt: str, H: int, D: int, T: int, K: int, V: int, scale: float, rows: int | None = None) -> str:
@@ -92,35 +89,6 @@ def function_text(dt: str, H: int, D: int, T: int, K: int, V: int, scale: float,
   }}"""
 
 
-@dataclass(frozen=True)
-class DsaToCudaKernel(ModulePass):
-    """Options:
-    tensor-cores  bf16 sites that fit run on the tensor-core kernels (P as two bf16 terms for P·V;
-                  default true); false keeps the f32-arithmetic kernels for them.
-    """
-
-    name = "dsa-to-cuda-kernel"
-    tensor_cores: bool = True
-
-    def apply(self, module_op: Operation, diag: DiagnosticEngine) -> None:
-        sites = collect_sites(module_op, lambda op: operator_name(op) == OP_NAME, match_dsa_attention, diag, _refuse)
-        if not sites or diag.diagnostics:
-            return
-        call_kernels(
-            module_op,
-            sites,
-            self._key,
-            function_name,
-            function_text,
-            _rewrite,
-            executable_source_text(kg.DSA_ATTENTION),
-        )
-
-    def _key(self, site: DsaAttentionSite) -> tuple:
-        rows = kg.dsa_mma_rows(site.dtype, site.S, site.D, site.V) if self.tensor_cores else None
-        return (site.dtype, site.H, site.D, site.T, site.K, site.V, site.scale, rows)
-
-
 def _refuse(site: DsaAttentionSite) -> str | None:
     """What the kernels cannot take (their dtypes and their shared-memory and register layout)."""
     problem = (
@@ -153,3 +121,28 @@ def _rewrite(site: DsaAttentionSite, fn: str) -> None:
         y = b.op("tensor.cast", [y], tensor_text((S, H, V), "f32"))
     # (the scale and value_dim constants go too, if nothing else reads them)
     replace_op(op, [b.op("torch_c.from_builtin_tensor", [y], TensorType((S, H, V), "f32"))])
+
+
+@dataclass(frozen=True)
+class DsaToCudaKernel(KernelCallPass):
+    """Options:
+    tensor-cores  bf16 sites that fit run on the tensor-core kernels (P as two bf16 terms for P·V;
+                  default true); false keeps the f32-arithmetic kernels for them.
+    """
+
+    name = "dsa-to-cuda-kernel"
+    tensor_cores: bool = True
+
+    op_names = (OP_NAME,)
+    match = staticmethod(match_dsa_attention)
+    refuse = staticmethod(_refuse)
+    function_name = staticmethod(function_name)
+    function_text = staticmethod(function_text)
+    rewrite = staticmethod(_rewrite)
+
+    def key(self, site: DsaAttentionSite) -> tuple:
+        rows = kg.dsa_mma_rows(site.dtype, site.S, site.D, site.V) if self.tensor_cores else None
+        return (site.dtype, site.H, site.D, site.T, site.K, site.V, site.scale, rows)
+
+    def kernel_sets(self, sites: list) -> list:
+        return [kg.DSA_ATTENTION]

@@ -1,6 +1,7 @@
 """Helpers for passes that call day0's hand-written CUDA kernels as IREE external dispatches: the
 PTX shipped in lowering/kernels/, the `hal.executable.source` declaring a kernel set, the private
-functions that dispatch it, and parsing module-level text into a module.
+functions that dispatch it, parsing module-level text into a module, and `KernelCallPass`, the
+shape every kernel pass shares (its sites, each rewritten into a call of a function per shape).
 
 A kernel set's ABI (entries, bindings, push constants, workload = grid dims) and launch geometry
 live in day0.lowering.kernel_geometry, which the GPU-host tools read too.
@@ -10,9 +11,11 @@ from __future__ import annotations
 
 from functools import cache
 from importlib import resources
+from typing import ClassVar
 
 from day0.frontend.ir import Module, Operation
 from day0.lowering.kernel_geometry import KernelSet, f32_bits
+from day0.passes.base import DiagnosticEngine, ModulePass, collect_sites, operator_name
 
 
 @cache
@@ -91,3 +94,29 @@ def append_parsed(module_op: Operation, text: str) -> None:
     body = module_op.regions[0].blocks[0]
     for op in list(parsed.body.operations):
         body.append(op)
+
+
+class KernelCallPass(ModulePass):
+    """A pass that runs each site of a `day0::` op on hand-written kernels: every site that keeps
+    the op's contract (`match`, passes/sites/) and the kernels' limits (`refuse`) is rewritten
+    (`rewrite(site, fn)`) into a call of the private function `function_name(*key(site))`, one per
+    distinct key, whose body (`function_text(*key)`) dispatches the kernel sets `kernel_sets(sites)`.
+
+    A subclass is a frozen dataclass (its fields are the pass's options) that sets `op_names` and
+    the callables below; module-level functions are given as staticmethods."""
+
+    op_names: ClassVar[tuple[str, ...]] = ()
+    match = refuse = function_name = function_text = rewrite = None
+
+    def key(self, site) -> tuple:
+        raise NotImplementedError
+
+    def kernel_sets(self, sites: list) -> list[KernelSet]:
+        raise NotImplementedError
+
+    def apply(self, module_op: Operation, diag: DiagnosticEngine) -> None:
+        sites = collect_sites(module_op, lambda op: operator_name(op) in self.op_names, self.match, diag, self.refuse)
+        if not sites or diag.diagnostics:
+            return
+        executables = "".join(executable_source_text(k) for k in self.kernel_sets(sites))
+        call_kernels(module_op, sites, self.key, self.function_name, self.function_text, self.rewrite, executables)

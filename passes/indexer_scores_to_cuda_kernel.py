@@ -37,16 +37,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from day0.frontend.ir import Operation, ir
+from day0.frontend.ir import ir
 from day0.lowering import kernel_geometry as kg
-from day0.passes.base import DiagnosticEngine, ModulePass, collect_sites, operator_name
-from day0.passes.extern_dispatch import call_kernels, executable_source_text, scale_tag, tensor_text
+from day0.passes.extern_dispatch import KernelCallPass, scale_tag, tensor_text
 from day0.passes.sites.indexer_scores import OP_NAME, IndexerScoresSite, match_indexer_scores
 from day0.passes.torch_ir import TensorType, TorchBuilder, replace_op
 
 EXECUTABLE = kg.INDEXER_SCORES.executable
-# (tests/test_cuda_kernels.py reads the kernel set's PTX and ABI here)
-KERNEL_PTX, KERNEL_ABI = kg.INDEXER_SCORES.ptx, kg.INDEXER_SCORES.entries
 
 
 def function_name(kernel: str, H: int, D: int, T: int | None, scale: float) -> str:
@@ -96,34 +93,6 @@ def function_text(kernel: str, H: int, D: int, T: int | None, scale: float) -> s
   }}"""
 
 
-@dataclass(frozen=True)
-class IndexerScoresToCudaKernel(ModulePass):
-    """Options:
-    tensor-cores  bf16 keys run on the tensor-core kernel (q as two bf16 terms; default true); false
-                  keeps the exact f32-FMA kernel for them. f32 keys always take the exact kernel.
-    """
-
-    name = "indexer-scores-to-cuda-kernel"
-    tensor_cores: bool = True
-
-    def kernel(self, key_dtype: str) -> str:
-        return "bf16_mma" if key_dtype == "bf16" and self.tensor_cores else key_dtype
-
-    def apply(self, module_op: Operation, diag: DiagnosticEngine) -> None:
-        sites = collect_sites(module_op, lambda op: operator_name(op) == OP_NAME, match_indexer_scores, diag, _refuse)
-        if not sites or diag.diagnostics:
-            return
-        call_kernels(
-            module_op,
-            sites,
-            lambda s: (self.kernel(s.key_dtype), s.H, s.D, s.T, s.scale),
-            function_name,
-            function_text,
-            _rewrite,
-            executable_source_text(kg.INDEXER_SCORES),
-        )
-
-
 def _refuse(site: IndexerScoresSite) -> str | None:
     """What the kernels cannot take (their shared memory holds H <= 64 heads of D <= 128)."""
     if site.H > kg.INDEXER_MAX_H or site.D > kg.INDEXER_MAX_D:
@@ -151,3 +120,30 @@ def _rewrite(site: IndexerScoresSite, fn: str) -> None:
     if S is not None:
         y = b.op("tensor.cast", [y], tensor_text((S, T), "f32"))
     replace_op(op, [b.op("torch_c.from_builtin_tensor", [y], TensorType((S, T), "f32"))])
+
+
+@dataclass(frozen=True)
+class IndexerScoresToCudaKernel(KernelCallPass):
+    """Options:
+    tensor-cores  bf16 keys run on the tensor-core kernel (q as two bf16 terms; default true); false
+                  keeps the exact f32-FMA kernel for them. f32 keys always take the exact kernel.
+    """
+
+    name = "indexer-scores-to-cuda-kernel"
+    tensor_cores: bool = True
+
+    op_names = (OP_NAME,)
+    match = staticmethod(match_indexer_scores)
+    refuse = staticmethod(_refuse)
+    function_name = staticmethod(function_name)
+    function_text = staticmethod(function_text)
+    rewrite = staticmethod(_rewrite)
+
+    def kernel(self, key_dtype: str) -> str:
+        return "bf16_mma" if key_dtype == "bf16" and self.tensor_cores else key_dtype
+
+    def key(self, site: IndexerScoresSite) -> tuple:
+        return (self.kernel(site.key_dtype), site.H, site.D, site.T, site.scale)
+
+    def kernel_sets(self, sites: list) -> list:
+        return [kg.INDEXER_SCORES]

@@ -33,17 +33,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from day0.frontend.ir import Operation, ir
+from day0.frontend.ir import ir
 from day0.lowering import kernel_geometry as kg
-from day0.passes.base import DiagnosticEngine, ModulePass, collect_sites, operator_name
-from day0.passes.extern_dispatch import call_kernels, executable_source_text, tensor_text
+from day0.passes.extern_dispatch import KernelCallPass, tensor_text
 from day0.passes.sites.mxfp4 import OP_NAMES, Mxfp4Site, match_mxfp4
 from day0.passes.torch_ir import TensorType, TorchBuilder, replace_op
 
 EXECUTABLE, GEMM_EXECUTABLE = kg.MXFP4_MATVEC.executable, kg.MXFP4_MOE_GEMM.executable
-# (tests/test_cuda_kernels.py reads the kernel sets' PTX and ABI here)
-KERNEL_PTX, KERNEL_ABI = kg.MXFP4_MATVEC.ptx, kg.MXFP4_MATVEC.entries
-GEMM_PTX, GEMM_ABI = kg.MXFP4_MOE_GEMM.ptx, kg.MXFP4_MOE_GEMM.entries
 
 
 def function_name(moe: bool, E: int, N: int, K: int, k: int, gemm: bool = False) -> str:
@@ -133,7 +129,7 @@ def _gemm_function_text(E: int, N: int, K: int, k: int) -> str:
 
 
 @dataclass(frozen=True)
-class Mxfp4ToCudaMatvec(ModulePass):
+class Mxfp4ToCudaMatvec(KernelCallPass):
     """Options:
     gemm  mxfp4_moe sites with T dynamic or T·k >= 64 run the grouped tensor-core GEMM (default
           true); false keeps every site on the matvec.
@@ -142,22 +138,19 @@ class Mxfp4ToCudaMatvec(ModulePass):
     name = "mxfp4-to-cuda-matvec"
     gemm: bool = True
 
-    def apply(self, module_op: Operation, diag: DiagnosticEngine) -> None:
-        sites = collect_sites(module_op, lambda op: operator_name(op) in OP_NAMES, match_mxfp4, diag, self._refuse)
-        if not sites or diag.diagnostics:
-            return
-        kinds = sorted({self._gemm(s) for s in sites})  # the executables the calls dispatch: matvec, GEMM
-        call_kernels(
-            module_op,
-            sites,
-            lambda s: (s.moe, s.E if s.moe else 1, s.N, s.K, s.k if s.moe else 1, self._gemm(s)),
-            function_name,
-            function_text,
-            self._rewrite,
-            "".join(executable_source_text(kg.MXFP4_MOE_GEMM if gemm else kg.MXFP4_MATVEC) for gemm in kinds),
-        )
+    op_names = tuple(OP_NAMES)
+    match = staticmethod(match_mxfp4)
+    function_name = staticmethod(function_name)
+    function_text = staticmethod(function_text)
 
-    def _refuse(self, site: Mxfp4Site) -> str | None:
+    def key(self, s: Mxfp4Site) -> tuple:
+        return (s.moe, s.E if s.moe else 1, s.N, s.K, s.k if s.moe else 1, self._gemm(s))
+
+    def kernel_sets(self, sites: list) -> list:
+        """The executables the calls dispatch: the matvec, the grouped GEMM or both."""
+        return [kg.MXFP4_MOE_GEMM if gemm else kg.MXFP4_MATVEC for gemm in sorted({self._gemm(s) for s in sites})]
+
+    def refuse(self, site: Mxfp4Site) -> str | None:
         """The matvec caches x's row in shared memory: K <= MXFP4_MAX_K where it runs."""
         if not self._gemm(site) and site.K > kg.MXFP4_MAX_K:
             return (
@@ -170,7 +163,7 @@ class Mxfp4ToCudaMatvec(ModulePass):
         return self.gemm and kg.mxfp4_takes_gemm(site.moe, site.lead, site.k)
 
     @staticmethod
-    def _rewrite(site: Mxfp4Site, fn: str) -> None:
+    def rewrite(site: Mxfp4Site, fn: str) -> None:
         op = site.op
         b = TorchBuilder(op)
         x, packed, scales, *rest = op.operands

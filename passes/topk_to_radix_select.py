@@ -45,8 +45,6 @@ from day0.passes.sites.topk import OP_NAME, TopkSite, static_row_length, topk_si
 from day0.passes.torch_ir import TensorType, TorchBuilder, replace_op
 
 EXECUTABLE = kg.TOPK_SELECT.executable
-# (tests/test_cuda_kernels.py reads the kernel set's PTX and ABI here)
-KERNEL_PTX, KERNEL_ABI = kg.TOPK_SELECT.ptx, kg.TOPK_SELECT.entries
 
 
 def select_function_name(k: int, small: bool = False) -> str:

@@ -57,13 +57,17 @@ class EntryPoint:
 
 @dataclass(frozen=True)
 class StateTensor:
-    """One tensor of device state kept between calls (a cache, a recurrent state)."""
+    """One tensor of device state kept between calls (a cache, a recurrent state): what a model's
+    `state_specs()` declares and the manifest records."""
 
     name: str
     kind: str  # e.g. "mla_latent", "indexer_keys", "kda_state", "conv_tail"
     layer: int
     shape: tuple[int, ...]
-    dtype: str  # "float32" or "bfloat16"
+    dtype: str = "float32"  # or "bfloat16"
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
 
     @property
     def nbytes(self) -> int:

@@ -7,17 +7,9 @@ import sys
 
 import pytest
 
-from day0.passes import dsa_to_cuda_kernel, indexer_scores_to_cuda_kernel, mxfp4_to_cuda_matvec, topk_to_radix_select
+from day0.lowering.kernel_geometry import KERNEL_SETS
 from day0.passes.extern_dispatch import kernel_ptx
 from day0.tools import build_kernels
-
-KERNEL_SETS = [
-    (topk_to_radix_select.KERNEL_PTX, topk_to_radix_select.KERNEL_ABI),
-    (mxfp4_to_cuda_matvec.KERNEL_PTX, mxfp4_to_cuda_matvec.KERNEL_ABI),
-    (mxfp4_to_cuda_matvec.GEMM_PTX, mxfp4_to_cuda_matvec.GEMM_ABI),
-    (dsa_to_cuda_kernel.KERNEL_PTX, dsa_to_cuda_kernel.KERNEL_ABI),
-    (indexer_scores_to_cuda_kernel.KERNEL_PTX, indexer_scores_to_cuda_kernel.KERNEL_ABI),
-]
 
 
 def _entries(ptx: str) -> dict[str, list[str]]:
@@ -28,9 +20,9 @@ def _entries(ptx: str) -> dict[str, list[str]]:
     }
 
 
-@pytest.mark.parametrize("ptx_name,abi", KERNEL_SETS, ids=[p for p, _ in KERNEL_SETS])
-def test_ptx_declares_the_abi_its_pass_uses(ptx_name, abi):
-    ptx = kernel_ptx(ptx_name).decode()
+@pytest.mark.parametrize("kernels", KERNEL_SETS, ids=[k.ptx for k in KERNEL_SETS])
+def test_ptx_declares_the_abi_its_pass_uses(kernels):
+    ptx, abi = kernel_ptx(kernels.ptx).decode(), kernels.entries
     assert re.search(r"^\.target sm_90$", ptx, re.M)
     entries = _entries(ptx)
     assert set(entries) == {name for name, *_ in abi}
@@ -43,8 +35,8 @@ def test_ptx_is_what_nvcc_makes_of_the_sources():
     if build_kernels.nvcc() is None:
         pytest.skip("nvcc not installed: cannot rebuild the PTX to compare")
     release = build_kernels.nvcc_release()
-    for ptx_name, _ in KERNEL_SETS:
-        if release not in kernel_ptx(ptx_name).decode():
+    for kernels in KERNEL_SETS:
+        if release not in kernel_ptx(kernels.ptx).decode():
             pytest.skip(f"the PTX was built by another nvcc than this one ({release})")
     p = subprocess.run([sys.executable, "-m", "day0.tools.build_kernels", "--check"], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
