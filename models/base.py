@@ -12,8 +12,6 @@ from torch import Tensor, nn
 from day0.models.layers import RMSNorm, rope_table
 from day0.runtime.artifact import StateTensor
 
-STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
-
 
 class ParameterShapes(dict):
     """CausalLM.parameter_shapes(): a dict that also carries the model's `allow_unused` patterns,

@@ -14,8 +14,8 @@ in the model's cache dtype (float32 or bfloat16; the math is float32).
 import torch
 from torch import Tensor, nn
 
-from day0.models.base import STATIC_ROPE_TYPES, Backbone, CausalLM
-from day0.models.config import ConfigError, require
+from day0.models.base import Backbone, CausalLM
+from day0.models.config import require, require_static_rope, transformers_config
 from day0.models.layers import MLP, RMSNorm
 from day0.models.mla import SparseMLA
 from day0.models.moe import MoE
@@ -31,18 +31,9 @@ def parse_config(raw: dict):
     require(raw.get("model_type") == MODEL_TYPE, "model_type", f"expected '{MODEL_TYPE}'")
     expert_format = routed_expert_format(raw)
     fields = {k: v for k, v in raw.items() if k not in ("model_type", "quantization_config")}
-    try:
-        cfg = transformers.DeepseekV32Config(**fields)
-    except Exception as e:  # strict dataclass validation: name the field it complains about
-        raise ConfigError(f"config.json: invalid deepseek_v32 config: {e}") from None
+    cfg = transformers_config(transformers.DeepseekV32Config, fields, "deepseek_v32")
     cfg.day0_expert_format = expert_format
-    rope = cfg.rope_parameters or {}
-    require(
-        rope.get("rope_type", "default") in STATIC_ROPE_TYPES,
-        "rope_parameters.rope_type",
-        f"'{rope.get('rope_type')}' is not supported (supported: {', '.join(STATIC_ROPE_TYPES)}; "
-        f"day0 precomputes the rope table, so frequencies may not depend on the sequence length)",
-    )
+    require_static_rope(cfg)
     require(cfg.hidden_act == "silu", "hidden_act", f"'{cfg.hidden_act}' is not supported (only silu)")
     require(
         cfg.num_key_value_heads == cfg.num_attention_heads,

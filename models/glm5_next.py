@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from day0.frontend import ops  # noqa: F401  (registers torch.ops.day0.*)
 from day0.models.base import Backbone, CausalLM
-from day0.models.config import ConfigError, require, require_group_routing, require_layer_kinds
+from day0.models.config import require, require_group_routing, require_layer_kinds, transformers_config
 from day0.models.kda import KdaAttention
 from day0.models.kpool_indexer import KPoolIndexer
 from day0.models.layers import MLP, RMSNorm
@@ -112,10 +112,7 @@ def parse_config(raw: dict):
         "num_key_value_heads",
         "MLA needs num_key_value_heads == num_attention_heads",
     )
-    try:
-        cfg = transformers.Glm5NextTextConfig(**fields)
-    except Exception as e:  # strict dataclass validation: name the field it complains about
-        raise ConfigError(f"config.json: invalid {MODEL_TYPE} config: {e}") from None
+    cfg = transformers_config(transformers.Glm5NextTextConfig, fields, MODEL_TYPE)
     cfg.day0_expert_format = expert_format
     cfg.model_type = MODEL_TYPE  # the architecture the manifest names (the class says glm5_next_text)
     if isinstance(raw.get("text_config"), dict):  # the wrapper decides whether lm_head is tied
@@ -151,14 +148,7 @@ def parse_config(raw: dict):
         f"must be a positive int (got {cfg.hc_sinkhorn_iters})",
     )
     if "sparse" in cfg.mlp_layer_types:
-        require_group_routing(
-            cfg.n_routed_experts,
-            cfg.n_group,
-            cfg.topk_group,
-            cfg.num_experts_per_tok,
-            group_field="n_group",
-            per_token_field="num_experts_per_tok",
-        )
+        require_group_routing(cfg, cfg.n_routed_experts, "n_group", "num_experts_per_tok")
     return cfg
 
 

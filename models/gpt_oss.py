@@ -17,8 +17,8 @@ from torch import Tensor, nn
 
 import day0.frontend.ops  # noqa: F401  (registers torch.ops.day0.*)
 from day0.models.attention import SinkAttention
-from day0.models.base import STATIC_ROPE_TYPES, Backbone, CausalLM
-from day0.models.config import ConfigError, require
+from day0.models.base import Backbone, CausalLM
+from day0.models.config import require, require_static_rope, transformers_config
 from day0.models.layers import RMSNorm
 from day0.runtime.artifact import StateTensor
 
@@ -33,17 +33,8 @@ def parse_config(raw: dict):
     import transformers
 
     require(raw.get("model_type") == MODEL_TYPE, "model_type", f"expected '{MODEL_TYPE}'")
-    try:
-        cfg = transformers.GptOssConfig(**{k: v for k, v in raw.items() if k != "model_type"})
-    except Exception as e:  # strict dataclass validation: name the field it complains about
-        raise ConfigError(f"config.json: invalid gpt_oss config: {e}") from None
-    rope = cfg.rope_parameters or {}
-    require(
-        rope.get("rope_type", "default") in STATIC_ROPE_TYPES,
-        "rope_parameters.rope_type",
-        f"'{rope.get('rope_type')}' is not supported (supported: {', '.join(STATIC_ROPE_TYPES)}; "
-        f"day0 precomputes the rope table, so frequencies may not depend on the sequence length)",
-    )
+    cfg = transformers_config(transformers.GptOssConfig, {k: v for k, v in raw.items() if k != "model_type"}, "gpt_oss")
+    require_static_rope(cfg)
     require(len(cfg.layer_types) == cfg.num_hidden_layers, "layer_types", "needs one entry per layer")
     require(
         set(cfg.layer_types) <= set(LAYER_TYPES),

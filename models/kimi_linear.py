@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from day0.models.base import Backbone, CausalLM
-from day0.models.config import ConfigError, require, require_group_routing, require_layer_kinds
+from day0.models.config import ConfigError, require, require_group_routing, require_layer_kinds, transformers_config
 from day0.models.kda import KdaAttention
 from day0.models.layers import MLP, RMSNorm
 from day0.models.mla import NopeMLA
@@ -58,10 +58,7 @@ def parse_config(raw: dict):
     )
     _check_layer_lists(raw)
     fields = {k: v for k, v in raw.items() if k not in ("model_type", "quantization_config")}
-    try:
-        cfg = transformers.KimiLinearConfig(**fields)
-    except Exception as e:  # strict dataclass validation: name the field it complains about
-        raise ConfigError(f"config.json: invalid {MODEL_TYPE} config: {e}") from None
+    cfg = transformers_config(transformers.KimiLinearConfig, fields, MODEL_TYPE)
     cfg.day0_dense_mlp_name = dense_mlp_name(raw)
     cfg.day0_expert_format = expert_format
     require(cfg.hidden_act == "silu", "hidden_act", f"'{cfg.hidden_act}' is not supported (only silu)")
@@ -87,14 +84,7 @@ def parse_config(raw: dict):
         require(cfg.q_lora_rank is None or cfg.q_lora_rank > 0, "q_lora_rank", "must be null or a positive int")
         require(cfg.qk_rope_head_dim >= 0, "qk_rope_head_dim", "must be non-negative")
     if "sparse" in cfg.mlp_layer_types:
-        require_group_routing(
-            cfg.num_local_experts,
-            cfg.n_group,
-            cfg.topk_group,
-            cfg.num_experts_per_tok,
-            group_field="num_expert_group",
-            per_token_field="num_experts_per_token",
-        )
+        require_group_routing(cfg, cfg.num_local_experts, "num_expert_group", "num_experts_per_token")
     return cfg
 
 
