@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from day0.frontend import ops  # noqa: F401  (registers torch.ops.day0.*)
 from day0.models.base import Backbone, CausalLM
 from day0.models.config import require, require_group_routing, require_layer_kinds, transformers_config
-from day0.models.kda import KdaAttention
+from day0.models.kda import KdaAttention, require_kda_sizes
 from day0.models.kpool_indexer import KPoolIndexer
 from day0.models.layers import MLP, RMSNorm
 from day0.models.mhc import hc_merge, hc_parameters, hc_weights
@@ -36,7 +36,6 @@ MODEL_TYPE = "glm5_next"
 LAYER_TYPES = ("linear_attention", "indexed_attention", "full_attention")  # full_attention = indexed
 INDEXER_TYPES = ("full", "shared")
 MLP_TYPES = ("dense", "sparse")
-KDA_CHUNK = 64  # transformers' chunk_kimi_delta_attention default; the result does not depend on it
 # config.json keys of the multimodal wrapper, not of the text model
 WRAPPER_KEYS = (
     "model_type",
@@ -131,16 +130,7 @@ def parse_config(raw: dict):
                 f"(a shared layer reuses the selection of the full DSA layer right before it)",
             )
     if "linear_attention" in cfg.layer_types:
-        require(
-            cfg.linear_num_heads > 0 and cfg.linear_head_dim > 0,
-            "linear_num_heads",
-            "linear_num_heads and linear_head_dim must be positive",
-        )
-        require(
-            cfg.linear_conv_kernel_dim >= 2,
-            "linear_conv_kernel_dim",
-            f"must be at least 2 (got {cfg.linear_conv_kernel_dim})",
-        )
+        require_kda_sizes(cfg, "linear_num_heads", "linear_conv_kernel_dim")
     require(isinstance(cfg.hc_mult, int) and cfg.hc_mult >= 1, "hc_mult", f"must be a positive int (got {cfg.hc_mult})")
     require(
         isinstance(cfg.hc_sinkhorn_iters, int) and cfg.hc_sinkhorn_iters >= 1,
@@ -195,15 +185,8 @@ class DecoderLayer(nn.Module):
         self.is_kda = cfg.layer_types[i] == "linear_attention"
         self.full_indexer = not self.is_kda and cfg.indexer_types[i] == "full"
         if self.is_kda:
-            self.self_attn = KdaAttention(
-                cfg.hidden_size,
-                cfg.linear_num_heads,
-                cfg.linear_head_dim,
-                cfg.linear_conv_kernel_dim,
-                cfg.rms_norm_eps,
-                chunk=KDA_CHUNK,
-                a_log_shape=(cfg.linear_num_heads,),
-                lower_bound=cfg.linear_lower_bound,
+            self.self_attn = KdaAttention.from_config(
+                cfg, a_log_shape=(cfg.linear_num_heads,), lower_bound=cfg.linear_lower_bound
             )
         else:
             self.self_attn = DsaAttention(cfg, self.full_indexer)

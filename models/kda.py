@@ -28,7 +28,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from day0.models.config import require
 from day0.models.layers import linear
+
+CHUNK = 64  # transformers' chunk_kimi_delta_attention default; the result does not depend on it
+
+
+def require_kda_sizes(cfg, heads_field: str, conv_field: str) -> None:
+    """A KDA layer's sizes as transformers' configs hold them (heads and head size positive, a
+    causal conv of at least 2 taps); the fields are named as the checkpoint's config.json does."""
+    positive = cfg.linear_num_heads > 0 and cfg.linear_head_dim > 0
+    require(positive, heads_field, "the number of heads and the head dim must be positive")
+    kernel = cfg.linear_conv_kernel_dim
+    require(kernel >= 2, conv_field, f"must be at least 2 (got {kernel})")
 
 
 def kda_recurrent(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
@@ -93,7 +105,7 @@ def _chunk(q_c: Tensor, k_c: Tensor, v_c: Tensor, g_c: Tensor, b_c: Tensor, stat
 
 
 def kda_chunked(
-    q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor, chunk: int = 64
+    q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor, chunk: int = CHUNK
 ) -> tuple[Tensor, Tensor]:
     T, H, K = k.shape
     q = q * K**-0.5
@@ -163,7 +175,7 @@ class KdaAttention(nn.Module):
         head_dim: int,
         conv_kernel: int,
         eps: float,
-        chunk: int = 64,
+        chunk: int = CHUNK,
         a_log_shape: tuple[int, ...] | None = None,
         lower_bound: float | None = None,
     ):
@@ -191,6 +203,13 @@ class KdaAttention(nn.Module):
         self.o_norm.weight = nn.Parameter(torch.empty(head_dim))
         self.o_norm_eps = eps
         self.o_proj = nn.Linear(dim, hidden, bias=False)
+
+    @classmethod
+    def from_config(cls, cfg, **options) -> KdaAttention:
+        """The layer sized as transformers' KDA configs name it (linear_num_heads, linear_head_dim,
+        linear_conv_kernel_dim, rms_norm_eps); `options` as for __init__."""
+        heads, head_dim, kernel = cfg.linear_num_heads, cfg.linear_head_dim, cfg.linear_conv_kernel_dim
+        return cls(cfg.hidden_size, heads, head_dim, kernel, cfg.rms_norm_eps, **options)
 
     def state_shapes(self) -> tuple[tuple[int, int], tuple[int, int, int]]:
         dim = self.heads * self.head_dim

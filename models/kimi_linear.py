@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from day0.models.base import Backbone, CausalLM
 from day0.models.config import ConfigError, require, require_group_routing, require_layer_kinds, transformers_config
-from day0.models.kda import KdaAttention
+from day0.models.kda import KdaAttention, require_kda_sizes
 from day0.models.layers import MLP, RMSNorm
 from day0.models.mla import NopeMLA
 from day0.models.moe import Experts, MoE, Mxfp4Expert, Mxfp4Experts, Router
@@ -34,7 +34,6 @@ from day0.runtime.artifact import StateTensor
 MODEL_TYPE = "kimi_linear"
 LAYER_TYPES = ("linear_attention", "full_attention")
 MLP_TYPES = ("dense", "sparse")
-KDA_CHUNK = 64  # transformers' chunk_kimi_delta_attention default; the result does not depend on it
 
 
 def parse_config(raw: dict):
@@ -65,16 +64,7 @@ def parse_config(raw: dict):
     require_layer_kinds("layer_types", cfg.layer_types, LAYER_TYPES, cfg.num_hidden_layers)
     require_layer_kinds("mlp_layer_types", cfg.mlp_layer_types, MLP_TYPES, cfg.num_hidden_layers)
     if "linear_attention" in cfg.layer_types:
-        require(
-            cfg.linear_num_heads > 0 and cfg.linear_head_dim > 0,
-            "linear_attn_config",
-            "num_heads and head_dim must be positive",
-        )
-        require(
-            cfg.linear_conv_kernel_dim >= 2,
-            "linear_attn_config.short_conv_kernel_size",
-            f"must be at least 2 (got {cfg.linear_conv_kernel_dim})",
-        )
+        require_kda_sizes(cfg, "linear_attn_config", "linear_attn_config.short_conv_kernel_size")
     if "full_attention" in cfg.layer_types:
         require(
             cfg.num_key_value_heads == cfg.num_attention_heads,
@@ -136,17 +126,20 @@ def _check_layer_lists(raw: dict) -> None:
             require_layer_kinds(field, raw[field], kinds, n)
 
 
+# the Router's fields (models/moe.py) that kimi_linear's config names as DeepSeek's does
+ROUTER_FIELDS = (
+    "num_experts_per_tok",
+    "n_group",
+    "topk_group",
+    "norm_topk_prob",
+    "routed_scaling_factor",
+    "hidden_size",
+)
+
+
 def router_config(cfg) -> SimpleNamespace:
     """The DeepSeek router's field names (models/moe.py) for kimi_linear's values."""
-    return SimpleNamespace(
-        n_routed_experts=cfg.num_local_experts,
-        num_experts_per_tok=cfg.num_experts_per_tok,
-        n_group=cfg.n_group,
-        topk_group=cfg.topk_group,
-        norm_topk_prob=cfg.norm_topk_prob,
-        routed_scaling_factor=cfg.routed_scaling_factor,
-        hidden_size=cfg.hidden_size,
-    )
+    return SimpleNamespace(n_routed_experts=cfg.num_local_experts, **{f: getattr(cfg, f) for f in ROUTER_FIELDS})
 
 
 EXPERT_NAMES = ("w1", "w3", "w2")  # Moonshot's (gate, up, down)
@@ -197,14 +190,7 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.is_kda = cfg.layer_types[i] == "linear_attention"
         if self.is_kda:
-            self.self_attn = KdaAttention(
-                cfg.hidden_size,
-                cfg.linear_num_heads,
-                cfg.linear_head_dim,
-                cfg.linear_conv_kernel_dim,
-                cfg.rms_norm_eps,
-                chunk=KDA_CHUNK,
-            )
+            self.self_attn = KdaAttention.from_config(cfg)
         else:
             self.self_attn = NopeMLA(cfg)
         # the MoE is `block_sparse_moe`; the dense MLP's name depends on the checkpoint's writer

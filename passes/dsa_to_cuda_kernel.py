@@ -89,40 +89,6 @@ def function_text(dt: str, H: int, D: int, T: int, K: int, V: int, scale: float,
   }}"""
 
 
-def _refuse(site: DsaAttentionSite) -> str | None:
-    """What the kernels cannot take (their dtypes and their shared-memory and register layout)."""
-    problem = (
-        f"dtype {site.dtype} (the kernel takes f32 or bf16)"
-        if site.dtype not in kg.DSA_DTYPES
-        else f"D={site.D} > {kg.DSA_MAX_D}"
-        if site.D > kg.DSA_MAX_D
-        else f"V={site.V} > {kg.DSA_MAX_V}"
-        if site.V > kg.DSA_MAX_V
-        else None
-    )
-    return problem and f"dsa_attention: the CUDA kernel cannot take {problem}"
-
-
-def _rewrite(site: DsaAttentionSite, fn: str) -> None:
-    op, dt = site.op, site.dtype
-    b = TorchBuilder(op)
-    S, H, D, K, V = site.S, site.H, site.D, site.K, site.V
-    idx = site.idx
-    if site.idx_dtype != "si64":
-        idx = b.to_dtype(idx, TensorType((S, K), "si64"))
-    qb = b.op("torch_c.to_builtin_tensor", [site.q], tensor_text((S, H, D), dt))
-    kvb = b.op("torch_c.to_builtin_tensor", [site.kv], tensor_text((site.T, D), dt))
-    ib = b.op("torch_c.to_builtin_tensor", [idx], tensor_text((S, K), "i64"))
-    if S is not None:
-        qb = b.op("tensor.cast", [qb], tensor_text((None, H, D), dt))
-        ib = b.op("tensor.cast", [ib], tensor_text((None, K), "i64"))
-    y = b.op("func.call", [qb, kvb, ib], tensor_text((None, H, V), "f32"), {"callee": ir.FlatSymbolRefAttr.get(fn)})
-    if S is not None:
-        y = b.op("tensor.cast", [y], tensor_text((S, H, V), "f32"))
-    # (the scale and value_dim constants go too, if nothing else reads them)
-    replace_op(op, [b.op("torch_c.from_builtin_tensor", [y], TensorType((S, H, V), "f32"))])
-
-
 @dataclass(frozen=True)
 class DsaToCudaKernel(KernelCallPass):
     """Options:
@@ -134,15 +100,45 @@ class DsaToCudaKernel(KernelCallPass):
     tensor_cores: bool = True
 
     op_names = (OP_NAME,)
+    kernels = (kg.DSA_ATTENTION,)
     match = staticmethod(match_dsa_attention)
-    refuse = staticmethod(_refuse)
     function_name = staticmethod(function_name)
     function_text = staticmethod(function_text)
-    rewrite = staticmethod(_rewrite)
 
     def key(self, site: DsaAttentionSite) -> tuple:
         rows = kg.dsa_mma_rows(site.dtype, site.S, site.D, site.V) if self.tensor_cores else None
         return (site.dtype, site.H, site.D, site.T, site.K, site.V, site.scale, rows)
 
-    def kernel_sets(self, sites: list) -> list:
-        return [kg.DSA_ATTENTION]
+    @staticmethod
+    def refuse(site: DsaAttentionSite) -> str | None:
+        """What the kernels cannot take (their dtypes and their shared-memory and register layout)."""
+        problem = (
+            f"dtype {site.dtype} (the kernel takes f32 or bf16)"
+            if site.dtype not in kg.DSA_DTYPES
+            else f"D={site.D} > {kg.DSA_MAX_D}"
+            if site.D > kg.DSA_MAX_D
+            else f"V={site.V} > {kg.DSA_MAX_V}"
+            if site.V > kg.DSA_MAX_V
+            else None
+        )
+        return problem and f"dsa_attention: the CUDA kernel cannot take {problem}"
+
+    @staticmethod
+    def rewrite(site: DsaAttentionSite, fn: str) -> None:
+        op, dt = site.op, site.dtype
+        b = TorchBuilder(op)
+        S, H, D, K, V = site.S, site.H, site.D, site.K, site.V
+        idx = site.idx
+        if site.idx_dtype != "si64":
+            idx = b.to_dtype(idx, TensorType((S, K), "si64"))
+        qb = b.op("torch_c.to_builtin_tensor", [site.q], tensor_text((S, H, D), dt))
+        kvb = b.op("torch_c.to_builtin_tensor", [site.kv], tensor_text((site.T, D), dt))
+        ib = b.op("torch_c.to_builtin_tensor", [idx], tensor_text((S, K), "i64"))
+        if S is not None:
+            qb = b.op("tensor.cast", [qb], tensor_text((None, H, D), dt))
+            ib = b.op("tensor.cast", [ib], tensor_text((None, K), "i64"))
+        y = b.op("func.call", [qb, kvb, ib], tensor_text((None, H, V), "f32"), {"callee": ir.FlatSymbolRefAttr.get(fn)})
+        if S is not None:
+            y = b.op("tensor.cast", [y], tensor_text((S, H, V), "f32"))
+        # (the scale and value_dim constants go too, if nothing else reads them)
+        replace_op(op, [b.op("torch_c.from_builtin_tensor", [y], TensorType((S, H, V), "f32"))])

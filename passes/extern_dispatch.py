@@ -106,13 +106,15 @@ class KernelCallPass(ModulePass):
     the callables below; module-level functions are given as staticmethods."""
 
     op_names: ClassVar[tuple[str, ...]] = ()
+    kernels: ClassVar[tuple[KernelSet, ...]] = ()  # the kernel sets the functions dispatch
     match = refuse = function_name = function_text = rewrite = None
 
     def key(self, site) -> tuple:
         raise NotImplementedError
 
-    def kernel_sets(self, sites: list) -> list[KernelSet]:
-        raise NotImplementedError
+    def kernel_sets(self, sites: list) -> tuple[KernelSet, ...]:
+        """The kernel sets these sites' functions dispatch (by default all of `kernels`)."""
+        return self.kernels
 
     def apply(self, module_op: Operation, diag: DiagnosticEngine) -> None:
         sites = collect_sites(module_op, lambda op: operator_name(op) in self.op_names, self.match, diag, self.refuse)

@@ -93,35 +93,6 @@ def function_text(kernel: str, H: int, D: int, T: int | None, scale: float) -> s
   }}"""
 
 
-def _refuse(site: IndexerScoresSite) -> str | None:
-    """What the kernels cannot take (their shared memory holds H <= 64 heads of D <= 128)."""
-    if site.H > kg.INDEXER_MAX_H or site.D > kg.INDEXER_MAX_D:
-        return (
-            f"indexer_scores: the CUDA kernel takes H <= {kg.INDEXER_MAX_H} heads of D <= {kg.INDEXER_MAX_D}, "
-            f"got H={site.H}, D={site.D}"
-        )
-    return None
-
-
-def _rewrite(site: IndexerScoresSite, fn: str) -> None:
-    op = site.op
-    b = TorchBuilder(op)
-    S, H, D, T = site.S, site.H, site.D, site.T
-    q, keys, w, _ = op.operands
-    args = [
-        b.op("torch_c.to_builtin_tensor", [q], tensor_text((S, H, D), "f32")),
-        b.op("torch_c.to_builtin_tensor", [keys], tensor_text((T, D), site.key_dtype)),
-        b.op("torch_c.to_builtin_tensor", [w], tensor_text((S, H), "f32")),
-    ]
-    if S is not None:
-        args[0] = b.op("tensor.cast", [args[0]], tensor_text((None, H, D), "f32"))
-        args[2] = b.op("tensor.cast", [args[2]], tensor_text((None, H), "f32"))
-    y = b.op("func.call", args, tensor_text((None, T), "f32"), {"callee": ir.FlatSymbolRefAttr.get(fn)})
-    if S is not None:
-        y = b.op("tensor.cast", [y], tensor_text((S, T), "f32"))
-    replace_op(op, [b.op("torch_c.from_builtin_tensor", [y], TensorType((S, T), "f32"))])
-
-
 @dataclass(frozen=True)
 class IndexerScoresToCudaKernel(KernelCallPass):
     """Options:
@@ -133,11 +104,10 @@ class IndexerScoresToCudaKernel(KernelCallPass):
     tensor_cores: bool = True
 
     op_names = (OP_NAME,)
+    kernels = (kg.INDEXER_SCORES,)
     match = staticmethod(match_indexer_scores)
-    refuse = staticmethod(_refuse)
     function_name = staticmethod(function_name)
     function_text = staticmethod(function_text)
-    rewrite = staticmethod(_rewrite)
 
     def kernel(self, key_dtype: str) -> str:
         return "bf16_mma" if key_dtype == "bf16" and self.tensor_cores else key_dtype
@@ -145,5 +115,31 @@ class IndexerScoresToCudaKernel(KernelCallPass):
     def key(self, site: IndexerScoresSite) -> tuple:
         return (self.kernel(site.key_dtype), site.H, site.D, site.T, site.scale)
 
-    def kernel_sets(self, sites: list) -> list:
-        return [kg.INDEXER_SCORES]
+    @staticmethod
+    def refuse(site: IndexerScoresSite) -> str | None:
+        """What the kernels cannot take (their shared memory holds H <= 64 heads of D <= 128)."""
+        if site.H > kg.INDEXER_MAX_H or site.D > kg.INDEXER_MAX_D:
+            return (
+                f"indexer_scores: the CUDA kernel takes H <= {kg.INDEXER_MAX_H} heads of D <= {kg.INDEXER_MAX_D}, "
+                f"got H={site.H}, D={site.D}"
+            )
+        return None
+
+    @staticmethod
+    def rewrite(site: IndexerScoresSite, fn: str) -> None:
+        op = site.op
+        b = TorchBuilder(op)
+        S, H, D, T = site.S, site.H, site.D, site.T
+        q, keys, w, _ = op.operands
+        args = [
+            b.op("torch_c.to_builtin_tensor", [q], tensor_text((S, H, D), "f32")),
+            b.op("torch_c.to_builtin_tensor", [keys], tensor_text((T, D), site.key_dtype)),
+            b.op("torch_c.to_builtin_tensor", [w], tensor_text((S, H), "f32")),
+        ]
+        if S is not None:
+            args[0] = b.op("tensor.cast", [args[0]], tensor_text((None, H, D), "f32"))
+            args[2] = b.op("tensor.cast", [args[2]], tensor_text((None, H), "f32"))
+        y = b.op("func.call", args, tensor_text((None, T), "f32"), {"callee": ir.FlatSymbolRefAttr.get(fn)})
+        if S is not None:
+            y = b.op("tensor.cast", [y], tensor_text((S, T), "f32"))
+        replace_op(op, [b.op("torch_c.from_builtin_tensor", [y], TensorType((S, T), "f32"))])

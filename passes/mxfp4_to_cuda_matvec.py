@@ -146,9 +146,9 @@ class Mxfp4ToCudaMatvec(KernelCallPass):
     def key(self, s: Mxfp4Site) -> tuple:
         return (s.moe, s.E if s.moe else 1, s.N, s.K, s.k if s.moe else 1, self._gemm(s))
 
-    def kernel_sets(self, sites: list) -> list:
-        """The executables the calls dispatch: the matvec, the grouped GEMM or both."""
-        return [kg.MXFP4_MOE_GEMM if gemm else kg.MXFP4_MATVEC for gemm in sorted({self._gemm(s) for s in sites})]
+    def kernel_sets(self, sites: list) -> tuple:
+        """The matvec, the grouped GEMM or both: those these sites run."""
+        return tuple(kg.MXFP4_MOE_GEMM if gemm else kg.MXFP4_MATVEC for gemm in sorted({self._gemm(s) for s in sites}))
 
     def refuse(self, site: Mxfp4Site) -> str | None:
         """The matvec caches x's row in shared memory: K <= MXFP4_MAX_K where it runs."""
