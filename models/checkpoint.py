@@ -157,7 +157,28 @@ def read_shard_header(path: Path) -> dict[str, TensorInfo]:
                 f"{where}: holds {end - begin} bytes but dtype {dtype} x shape {tuple(shape)} needs {bits / 8:g}"
             )
         out[name] = TensorInfo(name, path, dtype, tuple(shape), (begin, end))
+    _check_layout(path, out.values(), data_start, file_size)
     return out
+
+
+def _check_layout(path: Path, tensors: Iterable[TensorInfo], data_start: int, file_size: int) -> None:
+    """The format's rule (and the reference reader's): the tensors' byte ranges, in order, tile the
+    data region exactly: no overlap (two names reading the same bytes), no hole, nothing after."""
+    at = data_start
+    for t in sorted(tensors, key=lambda t: t.data_offsets):
+        begin, end = t.data_offsets
+        if begin != at:
+            what = "overlaps the tensor before it" if begin < at else f"leaves a hole of {begin - at} bytes before it"
+            raise CheckpointError(
+                f"shard {path}: tensor {t.name}: data_offsets [{begin - data_start}, {end - data_start}] {what} "
+                f"(the tensors' byte ranges must tile the data region; invalid offset)"
+            )
+        at = end
+    if at != file_size:
+        raise CheckpointError(
+            f"shard {path}: {file_size - at} bytes after the last tensor's data (the tensors' byte ranges "
+            f"must cover the data region exactly)"
+        )
 
 
 def _matches(name: str, pattern: str) -> bool:

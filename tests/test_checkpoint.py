@@ -249,6 +249,48 @@ def test_bad_header_field(single):
         Checkpoint.open(single)
 
 
+def _same_size_pair(header):
+    """Two tensors of one byte size (layer.0.attn.wq and layer.0.norm differ; embed and blocks don't)."""
+    sizes = {}
+    for name, e in header.items():
+        if name != "__metadata__":
+            sizes.setdefault(e["data_offsets"][1] - e["data_offsets"][0], []).append(name)
+    return next(names for names in sizes.values() if len(names) >= 2)[:2]
+
+
+def test_overlapping_tensors_refused_as_the_reference_reader_does(single):
+    """Two tensors on the same bytes (a header pointing a second name at the first's data) would
+    load and generate; safetensors refuses it, and so does day0, naming the tensor."""
+    f = single / "model.safetensors"
+
+    def alias(h):
+        a, b = _same_size_pair(h)
+        h[b]["data_offsets"] = h[a]["data_offsets"]
+        h[b]["dtype"], h[b]["shape"] = h[a]["dtype"], h[a]["shape"]
+
+    _rewrite_header(f, alias)
+    with pytest.raises(Exception, match="offset|Offset|InvalidOffset"):  # the reference reader
+        safe_open(str(f), "pt")
+    with pytest.raises(CheckpointError, match=r"model\.safetensors: tensor .*overlaps the tensor before it"):
+        Checkpoint.open(single)
+
+
+def test_hole_and_trailing_bytes_refused(single):
+    f = single / "model.safetensors"
+    raw = f.read_bytes()
+    f.write_bytes(raw + b"\0" * 8)
+    with pytest.raises(CheckpointError, match=r"model\.safetensors: 8 bytes after the last tensor's data"):
+        Checkpoint.open(single)
+    f.write_bytes(raw)
+
+    def drop_first(h):  # the first tensor's bytes stay in the file, named by no one: a hole
+        h.pop(min((n for n in h if n != "__metadata__"), key=lambda n: h[n]["data_offsets"][0]))
+
+    _rewrite_header(f, drop_first)
+    with pytest.raises(CheckpointError, match=r"leaves a hole of \d+ bytes before it"):
+        Checkpoint.open(single)
+
+
 def test_tensor_in_two_shards(single):
     save_file({"step": torch.tensor([1])}, single / "extra.safetensors")
     with pytest.raises(
