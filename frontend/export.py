@@ -7,6 +7,7 @@ which the `parameters-to-globals` pass turns into an IREE parameter global read 
 load time. The model can therefore be exported with uninitialized weights (no checkpoint load).
 """
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -19,6 +20,7 @@ from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 from torch_mlir.extras.fx_importer import FxImporter, FxImporterHooks
 
 from day0.frontend import ops  # registers the day0:: ops before tracing
+from day0.runtime.artifact import NON_FINITE_TOKEN
 
 PARAMETER_OP = "torch.day0.parameter"
 
@@ -26,7 +28,13 @@ PARAMETER_OP = "torch.day0.parameter"
 class _Prefill(nn.Module):
     """Every entry point also returns the greedy next token after its last position (argmax on
     the device, lowest id on ties, as runtime.sampling.greedy): greedy generation reads back 8
-    bytes per call instead of the logits ([S, V] after a prompt)."""
+    bytes per call instead of the logits ([S, V] after a prompt). When that row holds a NaN or an
+    infinity the token is NON_FINITE_TOKEN (-1), which the runtime reports instead of an argmax that
+    would depend on how the device orders NaN.
+
+    The host checks ids and positions before a call; the step clamps them too (ids into the
+    vocabulary, the written rows into the state's max_seq_len), so that no input, whatever the
+    host lets through, makes a gather or a cache write leave its tensor."""
 
     first_turn = False
 
@@ -35,8 +43,16 @@ class _Prefill(nn.Module):
         self.lm = lm
 
     def forward(self, ids, start, *state):
+        ids = ids.clamp(0, self.lm.cfg.vocab_size - 1)
+        start = start.clamp(0, self.lm.max_seq_len - ids.shape[0])
         logits, *state = self.lm.step(ids, start, *state, **({"first_turn": True} if self.first_turn else {}))
-        return (logits, logits[-1].argmax(-1, keepdim=True), *state)
+        last = logits[-1]
+        best = last.argmax(-1, keepdim=True)
+        return (
+            logits,
+            torch.where((last.abs() < math.inf).all(), best, torch.full_like(best, NON_FINITE_TOKEN)),
+            *state,
+        )
 
 
 class _Decode(_Prefill):
@@ -114,4 +130,24 @@ def export_model(lm: nn.Module, max_seq_len: int, keep: tuple[str, ...] = (), pr
         params |= {
             s.target.removeprefix("lm.") for s in program.graph_signature.input_specs if s.kind == InputKind.PARAMETER
         }
+    _reflect_signatures(importer.module_op, max_seq_len)
     return ExportedModule(mlir=str(importer.module_op), parameters=sorted(params))
+
+
+def _reflect_signatures(module_op, max_seq_len: int) -> None:
+    """Record each entry point's own signature (its torch types) and max_seq_len in the function's
+    `iree.reflection`, which IREE keeps in the vmfb: the runtime checks the manifest against them
+    at load (runtime/artifact.py, check_signatures), so an edited manifest cannot drive the step
+    past its compiled shapes."""
+    with module_op.context:
+        for op in module_op.regions[0].blocks[0].operations:
+            if op.operation.name != "func.func":
+                continue
+            fields = {
+                "day0.entry": tm_ir.StringAttr(op.attributes["sym_name"]).value,
+                "day0.signature": str(tm_ir.TypeAttr(op.attributes["function_type"]).value),
+                "day0.max_seq_len": str(max_seq_len),
+            }
+            op.attributes["iree.reflection"] = tm_ir.DictAttr.get(
+                {k: tm_ir.StringAttr.get(v) for k, v in fields.items()}
+            )

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
-from day0.runtime.files import FileRecordError, sha256_file, verify_file_records
+from day0.runtime.files import FileRecordError, sha256_bytes, sha256_file, verify_file_records
 
 MANIFEST = "manifest.json"
 VMFB = "model.vmfb"
@@ -30,6 +31,10 @@ FORMAT_VERSION = 2
 
 class ArtifactError(ValueError):
     pass
+
+
+# the greedy next token an entry point returns when its last logits row is not all finite
+NON_FINITE_TOKEN = -1
 
 
 @dataclass(frozen=True)
@@ -237,3 +242,72 @@ def read_manifest(artifact_dir: Path, verify: bool = True, checkpoint_dir=None) 
     except FileRecordError as e:
         raise ArtifactError(f"artifact {artifact_dir}: {e}") from None
     return manifest
+
+
+_VTENSOR = re.compile(r"!torch\.vtensor<\[([^\]]*)\],(\w+)>")
+_DTYPES = {"f32": "float32", "bf16": "bfloat16", "si64": "int64"}
+
+
+def _tensor_types(text: str) -> list[tuple[tuple[int | None, ...], str]]:
+    """[(dims, manifest dtype)] of the `!torch.vtensor` types in `text`, in order (None: dynamic)."""
+    return [
+        (tuple(None if d == "?" else int(d) for d in dims.split(",") if d), _DTYPES.get(dtype, dtype))
+        for dims, dtype in _VTENSOR.findall(text)
+    ]
+
+
+def check_signatures(manifest: Manifest, reflection: dict[str, dict[str, str]], where: str) -> None:
+    """The manifest agrees with the module it describes: every entry point exists with the
+    signature the compiled function records (frontend/export.py): its state tensors' shapes and
+    dtypes, the vocabulary, a static prompt length, max_seq_len. ArtifactError naming the first
+    difference otherwise (a hand-edited manifest, or a vmfb from another compile)."""
+    for name, entry in manifest.entry_points.items():
+        r = reflection.get(name)
+        if r is None:
+            raise ArtifactError(f"{where}: the module has no function '{name}' that the manifest lists")
+        if "day0.signature" not in r:
+            raise ArtifactError(f"{where}: function '{name}' records no day0 signature; compile the checkpoint again")
+        inputs, _, outputs = r["day0.signature"].partition("->")
+        args, results = _tensor_types(inputs), _tensor_types(outputs)
+        state = [(tuple(s.shape), s.dtype) for s in manifest.state]
+        ids_len = entry.static_len or None
+        expected_args = [((ids_len if name != "decode" else 1,), "int64"), ((1,), "int64"), *state]
+        problem = None
+        if r.get("day0.max_seq_len") != str(manifest.max_seq_len):
+            problem = (
+                f"max_seq_len is {r.get('day0.max_seq_len')} in the module, {manifest.max_seq_len} in the manifest"
+            )
+        problem = problem or _first_difference("argument", args, expected_args)
+        logits = results[:1]
+        expected_logits = [((results[0][0][0] if results else None, manifest.vocab_size), "float32")]
+        problem = problem or _first_difference("logits", logits, expected_logits)
+        problem = problem or _first_difference("state result", results[1 + entry.greedy_next :], state)
+        if problem:
+            raise ArtifactError(f"{where}: function '{name}': {problem} (edited manifest, or another compile's vmfb?)")
+
+
+def _first_difference(what: str, found: list, expected: list) -> str | None:
+    if len(found) != len(expected):
+        return f"the module has {len(found)} {what}s, the manifest describes {len(expected)}"
+    for i, ((dims, dtype), (want_dims, want_dtype)) in enumerate(zip(found, expected)):
+        if dims != want_dims or dtype != want_dtype:
+            return f"{what} {i} is {_spell(dtype, dims)} in the module, {_spell(want_dtype, want_dims)} in the manifest"
+    return None
+
+
+def _spell(dtype: str, dims) -> str:
+    return f"{dtype}[{', '.join('?' if d is None else str(d) for d in dims)}]"
+
+
+def read_vmfb(artifact_dir: Path, manifest: Manifest, verify: bool = True) -> bytes:
+    """The artifact's module, read once and checked against the manifest's record (size, and
+    with verify the sha256), so that the bytes loaded are the bytes verified."""
+    path = Path(artifact_dir) / VMFB
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise ArtifactError(f"artifact {artifact_dir}: cannot read {path} ({e.strerror})") from None
+    record = manifest.vmfb
+    if len(data) != record.size or (verify and sha256_bytes(data) != record.sha256):
+        raise ArtifactError(f"artifact {artifact_dir}: {path} changed after compile (size or sha256 differs)")
+    return data

@@ -21,6 +21,10 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
 def file_record(path: Path, base_dir: Path | None = None) -> dict:
     """{"path", "size", "sha256"}; path relative to base_dir when given."""
     path = Path(path)

@@ -31,6 +31,8 @@ def validate_sampling(temperature: float = 0.0, top_k: int = 0, top_p: float = 1
 
 def make_rng(seed: int | None = None) -> np.random.Generator:
     """The generator `sample` draws from; None seeds from the OS."""
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0):
+        raise ValueError(f"seed must be an integer >= 0 (or None), got {seed!r}")
     return np.random.default_rng(seed)
 
 

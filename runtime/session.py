@@ -11,13 +11,26 @@
 The state (the manifest's state tensors: caches, recurrent states) stays on the device: each call
 passes the previous call's returned buffers back in, and IREE updates them in place. One decode
 step is one device invocation.
+
+The pending token: `generate` returns tokens t1..tn but feeds only t1..t(n-1) to the model (tn's
+logits are never needed unless the sequence goes on), so a prompt of P tokens and n new tokens
+fits max_seq_len >= P + n - 1. tn is `pending`: the next call that appends tokens (prefill,
+decode, generate, their greedy forms) appends it first, so a conversation continues the sequence
+the caller saw. `position` counts the tokens in the state, not the pending one; save_state keeps
+it; reset drops it.
+
+A Session serves one call at a time: a call made while another is running (another thread)
+is refused with a SessionError rather than interleaving two updates of one state. Logits that
+are not finite (NaN or infinity: bad weights or config) end the call with a SessionError.
 """
 
+import functools
+import threading
 from pathlib import Path
 
 import numpy as np
 
-from day0.runtime.artifact import VMFB, Manifest, read_manifest
+from day0.runtime.artifact import NON_FINITE_TOKEN, VMFB, Manifest, check_signatures, read_manifest, read_vmfb
 from day0.runtime.sampling import greedy, make_rng, sample, validate_sampling
 from day0.runtime.state_file import np_dtype
 
@@ -26,9 +39,28 @@ class SessionError(ValueError):
     pass
 
 
+def _exclusive(method):
+    """One call at a time per Session: a second thread's call is refused, not interleaved."""
+
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        if not self._busy.acquire(blocking=False):
+            raise SessionError(
+                f"Session.{method.__name__}: the session is in use by another thread's call "
+                f"(a Session holds one sequence: use one Session per thread)"
+            )
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._busy.release()
+
+    return call
+
+
 class Session:
     def __init__(self, artifact_dir: Path, manifest: Manifest, vm):
         self.artifact_dir, self.manifest, self._vm = Path(artifact_dir), manifest, vm
+        self._busy = threading.RLock()  # re-entrant: generate calls prefill_greedy on its thread
         self.max_seq_len: int = manifest.max_seq_len
         self.vocab_size: int = manifest.vocab_size
         self.eos_token_ids = set(manifest.eos_token_ids)
@@ -65,36 +97,53 @@ class Session:
             )
         params = manifest.parameters
         files = [Path(params.base_dir) / f.path for f in params.files]
-        vm = VmModule.load(Path(artifact_dir) / VMFB, files, device=device, scope=params.scope)
+        vmfb = read_vmfb(artifact_dir, manifest, verify)
+        vm = VmModule.load(
+            Path(artifact_dir) / VMFB,
+            files,
+            device=device,
+            scope=params.scope,
+            vmfb_bytes=vmfb,
+            check=lambda reflection: check_signatures(manifest, reflection, str(artifact_dir)),
+        )
         return cls(artifact_dir, manifest, vm)
 
     # -- state ----------------------------------------------------------------------------------
     @property
     def position(self) -> int:
-        """Number of tokens in the sequence so far."""
+        """Number of tokens in the state so far (the pending token not counted)."""
         return self._pos
 
+    @property
+    def pending(self) -> int | None:
+        """The last token `generate` returned, not yet in the state (module docstring), or None."""
+        return self._pending
+
+    @_exclusive
     def reset(self) -> None:
-        self._pos = 0
-        self._next = None
+        self._pos, self._next, self._pending = 0, None, None
         self._state = [self._vm.to_device(np.zeros(s.shape, dtype=np_dtype(s.dtype))) for s in self.manifest.state]
 
+    @_exclusive
     def save_state(self, path) -> Path:
-        """Write the sequence so far (position + every state tensor) to `path` (.npz); a later
-        `load_state` on a Session of an artifact of the same model continues it exactly."""
+        """Write the sequence so far (position, pending token, every state tensor) to `path`
+        (.npz); a later `load_state` on a Session of an artifact of the same model and weights
+        continues it exactly."""
         from day0.runtime import state_file
 
-        return state_file.write(path, self.manifest, self._pos, [_host_copy(b) for b in self._state])
+        arrays = [_host_copy(b) for b in self._state]
+        return state_file.write(path, self.manifest, self._pos, arrays, self._pending)
 
+    @_exclusive
     def load_state(self, path) -> None:
         """Replace the state with one `save_state` wrote; refused (StateFileError naming the first
-        difference) when it was saved by an artifact of another architecture, config or
+        difference) when it was saved by an artifact of another architecture, config, weights or
         max_seq_len."""
         from day0.runtime import state_file
 
-        position, arrays = state_file.read(path, self.manifest)
+        position, pending, arrays = state_file.read(path, self.manifest)
         self._state = [self._vm.to_device(a) for a in arrays]
-        self._pos, self._next = position, None
+        self._pos, self._next, self._pending = position, None, pending
 
     def state_bytes(self) -> dict[str, int]:
         """Bytes of device state per kind (e.g. mla_latent, indexer_keys, kda_state, conv_tail)."""
@@ -102,20 +151,44 @@ class Session:
 
     # -- calls ----------------------------------------------------------------------------------
     def _check_ids(self, ids) -> np.ndarray:
-        arr = np.asarray(ids)
-        if arr.ndim != 1 or arr.size == 0 or not np.issubdtype(arr.dtype, np.integer):
-            raise SessionError(
-                f"token ids must be a non-empty 1-D list of integers (got shape {arr.shape}, dtype {arr.dtype})"
-            )
+        """ids as int64, after checking them and that they (and the pending token) fit."""
+        if isinstance(ids, (str, bytes)):
+            raise SessionError(f"token ids must be a list of integers, not {type(ids).__name__} (tokenize it first)")
+        try:
+            arr = np.asarray(ids)
+        except (TypeError, ValueError) as e:
+            raise SessionError(f"token ids must be a 1-D list of integers ({e})") from None
+        if arr.ndim != 1:
+            raise SessionError(f"token ids must be a 1-D list of integers (got shape {arr.shape})")
+        if arr.size == 0:
+            raise SessionError("token ids are empty: a prompt needs at least one token")
+        if not np.issubdtype(arr.dtype, np.integer):  # floats, bools, ints beyond int64 (object)
+            for t in arr.tolist():
+                if isinstance(t, bool) or not isinstance(t, int):
+                    raise SessionError(f"token id {t!r} is not an integer")
+                if not 0 <= t < self.vocab_size:
+                    raise SessionError(f"token id {t} is outside the vocabulary [0, {self.vocab_size})")
         bad = arr[(arr < 0) | (arr >= self.vocab_size)]
         if bad.size:
             raise SessionError(f"token id {int(bad[0])} is outside the vocabulary [0, {self.vocab_size})")
-        if self._pos + arr.size > self.max_seq_len:
-            raise SessionError(
-                f"sequence would reach {self._pos + arr.size} tokens, more than the artifact's "
-                f"max_seq_len {self.max_seq_len} (compile with a larger --max-seq-len)"
-            )
+        self._check_room(arr.size)
         return arr.astype(np.int64)
+
+    def _check_room(self, new: int) -> None:
+        total = self._pos + (self._pending is not None) + new
+        if total > self.max_seq_len:
+            pending = " and the pending token" if self._pending is not None else ""
+            raise SessionError(
+                f"sequence would reach {total} tokens ({self._pos} in the state{pending} + {new} new), more "
+                f"than the artifact's max_seq_len {self.max_seq_len} (compile with a larger --max-seq-len)"
+            )
+
+    def _take_pending(self, ids: np.ndarray) -> tuple[np.ndarray, int]:
+        """(ids with the pending token first, how many leading rows are not the caller's)."""
+        if self._pending is None:
+            return ids, 0
+        ids, self._pending = np.concatenate([np.array([self._pending], dtype=np.int64), ids]), None
+        return ids, 1
 
     def _run(self, entry, ids: np.ndarray):
         """Run an entry point; returns the device logits (and stores the state). The greedy next
@@ -146,32 +219,59 @@ class Session:
             return [(self._run(self._decode, ids), 0)]
         return [(self._run(self._prefill_first if self._pos == 0 else self._prefill, ids), 0)]
 
+    def _append(self, ids) -> list:
+        """Append the pending token (if any) and ids; returns _run_prompt's pieces with the
+        pending token's row dropped."""
+        ids, skip = self._take_pending(self._check_ids(ids))
+        pieces = self._run_prompt(ids)
+        return [(pieces[0][0], pieces[0][1] + skip), *pieces[1:]]
+
+    def _finite(self, rows: np.ndarray) -> np.ndarray:
+        if not np.isfinite(rows).all():
+            self._not_finite()
+        return rows
+
+    def _not_finite(self):
+        raise SessionError(
+            f"the model's logits up to position {self._pos} are not finite (NaN or infinity): the "
+            f"checkpoint's weights or config values are broken; reset() before reusing this session"
+        )
+
+    @_exclusive
     def prefill(self, ids) -> np.ndarray:
-        ids = self._check_ids(ids)
-        rows = [_host_copy(logits)[k:] for logits, k in self._run_prompt(ids)]
-        return np.concatenate(rows).reshape(ids.size, -1)
+        """Append ids (after the pending token, if any); returns their logits [len(ids), vocab]."""
+        rows = np.concatenate([_host_copy(logits)[k:] for logits, k in self._append(ids)])
+        return self._finite(rows.reshape(-1, self.vocab_size))
 
     def _greedy_next(self, logits) -> int:
         """The greedy token after the last call: its id read back alone when the artifact chose
         it on the device, else the argmax of the logits' last row."""
         if self._next is None:
-            return greedy(_host_copy(logits)[-1].reshape(-1))
-        return int(np.asarray(self._next.to_host()).reshape(-1)[0])
+            return greedy(self._finite(_host_copy(logits)[-1].reshape(-1)))
+        token = int(np.asarray(self._next.to_host()).reshape(-1)[0])
+        if token == NON_FINITE_TOKEN:
+            self._not_finite()
+        return token
 
+    @_exclusive
     def decode(self, token: int) -> np.ndarray:
-        ids = self._check_ids([token])
-        return _host_copy(self._run(self._decode, ids)).reshape(-1)
+        """Append one token (after the pending one, if any); returns its logits [vocab]."""
+        logits, _ = self._append([token])[-1]
+        return self._finite(_host_copy(logits)[-1].reshape(-1))
 
+    @_exclusive
     def decode_greedy(self, token: int) -> int:
         """Append one token; return the greedy next token, reading back only its id when the
         artifact computes it on the device (else the argmax of the logits)."""
-        return self._greedy_next(self._run(self._decode, self._check_ids([token])))
+        return self._greedy_next(self._append([token])[-1][0])
 
+    @_exclusive
     def prefill_greedy(self, ids) -> int:
         """Append ids; return the greedy next token (only its id is read back: the time to first
         token of greedy generation does not include copying [len(ids), vocab] logits)."""
-        return self._greedy_next(self._run_prompt(self._check_ids(ids))[-1][0])
+        return self._greedy_next(self._append(ids)[-1][0])
 
+    @_exclusive
     def generate(
         self,
         ids,
@@ -182,15 +282,19 @@ class Session:
         seed: int | None = None,
         stop_at_eos: bool = True,
     ) -> list[int]:
-        """Prefill ids, then sample up to max_new_tokens; returns the new tokens."""
+        """Prefill ids (after the pending token, if any), then sample up to max_new_tokens;
+        returns the new tokens, the last of which becomes the pending token. Needs room for the
+        prompt and max_new_tokens - 1 more (the last token is not fed)."""
         validate_sampling(temperature, top_k, top_p)
-        if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
             raise SessionError(f"max_new_tokens must be a non-negative int (got {max_new_tokens!r})")
         ids = self._check_ids(ids)
-        if self._pos + ids.size + max_new_tokens > self.max_seq_len:
+        fed = (self._pending is not None) + ids.size + max(max_new_tokens - 1, 0)
+        if self._pos + fed > self.max_seq_len:
             raise SessionError(
-                f"prompt ({ids.size} tokens, {self._pos} already in the sequence) + "
-                f"max_new_tokens {max_new_tokens} exceeds max_seq_len {self.max_seq_len}"
+                f"prompt ({ids.size} tokens, {self._pos} already in the sequence"
+                f"{', 1 pending' if self._pending is not None else ''}) + max_new_tokens {max_new_tokens} "
+                f"needs {self._pos + fed} positions, more than max_seq_len {self.max_seq_len}"
             )
         rng = make_rng(seed)
         is_greedy = temperature == 0 or top_k == 1
@@ -207,6 +311,7 @@ class Session:
                 token = self.decode_greedy(token)
             else:
                 token = sample(self.decode(token), temperature, top_k, top_p, rng)
+        self._pending = out[-1] if out else None
         return out
 
 

@@ -2,10 +2,12 @@
 
 One `.npz` (numpy's zip of .npy arrays; no pickle) holding every state tensor under its manifest
 name (e.g. `kv_cache.0`, `kda_state.3`) and `__day0_state__`, a JSON header: the format version,
-the position (tokens in the sequence), and what the state belongs to — the architecture, the
-checkpoint's config, max_seq_len and the state layout. Loading checks all of them against the
-artifact first, so a state saved by another model, config or max_seq_len is refused with an error
-naming the first difference instead of decoding garbage. Written atomically (temp file + rename).
+the position (tokens in the sequence), the pending token (returned by `generate` but not yet in the
+state), and what the state belongs to — the architecture, the checkpoint's config, the weights
+(each shard's sha256), max_seq_len and the state layout. Loading checks all of them against the
+artifact first, so a state saved by another model, config, weights or max_seq_len is refused with
+an error naming the first difference instead of decoding garbage. Written atomically (temp file +
+rename).
 """
 
 import json
@@ -16,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-FORMAT = 1
+FORMAT = 2
 HEADER = "__day0_state__"
 
 
@@ -39,6 +41,7 @@ def identity(manifest) -> dict:
     return {
         "architecture": manifest.architecture,
         "config": manifest.config,
+        "weights": sorted(f.sha256 for f in manifest.parameters.files),
         "max_seq_len": manifest.max_seq_len,
         "state": [
             {"name": s.name, "kind": s.kind, "layer": s.layer, "shape": list(s.shape), "dtype": s.dtype}
@@ -47,9 +50,9 @@ def identity(manifest) -> dict:
     }
 
 
-def write(path: Path, manifest, position: int, arrays: list[np.ndarray]) -> Path:
+def write(path: Path, manifest, position: int, arrays: list[np.ndarray], pending: int | None = None) -> Path:
     path = Path(path)
-    header = {"format": FORMAT, "position": position, **identity(manifest)}
+    header = {"format": FORMAT, "position": position, "pending": pending, **identity(manifest)}
     # bf16 (ml_dtypes) has no .npy description: stored as its uint16 bits (the header has the dtype)
     named = {s.name: a.view(np.uint16) if s.dtype == "bfloat16" else a for s, a in zip(manifest.state, arrays)}
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -72,6 +75,8 @@ def _difference(saved: dict, here: dict) -> str | None:
         a, b = saved["config"].get(key, "<absent>"), here["config"].get(key, "<absent>")
         if a != b:
             return f"config field '{key}' is {json.dumps(a)} there, {json.dumps(b)} here"
+    if saved["weights"] != here["weights"]:
+        return "the weights differ (the checkpoint's shards have other contents)"
     if saved["max_seq_len"] != here["max_seq_len"]:
         return f"max_seq_len is {saved['max_seq_len']} there, {here['max_seq_len']} here"
     if saved["state"] != here["state"]:
@@ -79,8 +84,9 @@ def _difference(saved: dict, here: dict) -> str | None:
     return None
 
 
-def read(path: Path, manifest) -> tuple[int, list[np.ndarray]]:
-    """(position, arrays in manifest order) of a state file saved for an artifact like this one."""
+def read(path: Path, manifest) -> tuple[int, int | None, list[np.ndarray]]:
+    """(position, pending token, arrays in manifest order) of a state file saved for an artifact
+    like this one."""
     path = Path(path)
     if not path.is_file():
         raise StateFileError(f"state file {path}: no such file")
@@ -89,6 +95,8 @@ def read(path: Path, manifest) -> tuple[int, list[np.ndarray]]:
             if HEADER not in z.files:
                 raise StateFileError(f"state file {path}: not a day0 state file (no {HEADER} entry)")
             header = json.loads(bytes(z[HEADER]).decode())
+            if not isinstance(header, dict):
+                raise StateFileError(f"state file {path}: its header is not a JSON object")
             if header.get("format") != FORMAT:
                 raise StateFileError(f"state file {path}: format {header.get('format')}, this day0 reads {FORMAT}")
             diff = _difference(header, identity(manifest))
@@ -107,11 +115,19 @@ def read(path: Path, manifest) -> tuple[int, list[np.ndarray]]:
                         f"expected {s.dtype}{list(s.shape)}"
                     )
                 arrays.append(a)
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
-        if isinstance(e, StateFileError):
-            raise
-        raise StateFileError(f"state file {path}: unreadable ({type(e).__name__}: {e})") from None
-    position = header.get("position")
-    if not isinstance(position, int) or not 0 <= position <= manifest.max_seq_len:
+    except StateFileError:
+        raise
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, KeyError, TypeError, AttributeError) as e:
+        raise StateFileError(f"state file {path}: unreadable or malformed ({type(e).__name__}: {e})") from None
+    position, pending = header.get("position"), header.get("pending")
+    if not _is_int(position) or not 0 <= position <= manifest.max_seq_len:
         raise StateFileError(f"state file {path}: position {position!r} outside [0, {manifest.max_seq_len}]")
-    return position, arrays
+    if pending is not None and (not _is_int(pending) or not 0 <= pending < manifest.vocab_size):
+        raise StateFileError(f"state file {path}: pending token {pending!r} outside [0, {manifest.vocab_size})")
+    if pending is not None and position >= manifest.max_seq_len:
+        raise StateFileError(f"state file {path}: a pending token at position {position} has no room")
+    return position, pending, arrays
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)

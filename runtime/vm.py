@@ -79,15 +79,24 @@ class VmModule:
 
     @classmethod
     def load(
-        cls, vmfb_path: Path, parameter_files: Sequence[Path] = (), device: str = "local-task", scope: str = "model"
+        cls,
+        vmfb_path: Path,
+        parameter_files: Sequence[Path] = (),
+        device: str = "local-task",
+        scope: str = "model",
+        vmfb_bytes: bytes | None = None,
+        check: Callable[[dict[str, dict[str, str]]], None] | None = None,
     ) -> VmModule:
-        """Load `vmfb_path` with the parameters of `parameter_files` under `scope`.
+        """Load `vmfb_path` (or, given, `vmfb_bytes`: the module already read and verified from
+        that path, so that what runs is what was checked) with the parameters of
+        `parameter_files` under `scope`.
 
         Runs the module's initializer: a parameter missing from every file fails here, naming
-        the key and the files searched.
+        the key and the files searched. `check`, given, sees {function: reflection} before the
+        initializer runs (and before any weight is read) and may raise.
         """
         vmfb_path = Path(vmfb_path)
-        if not vmfb_path.is_file():
+        if vmfb_bytes is None and not vmfb_path.is_file():
             raise VmError(f"no compiled module at {vmfb_path}")
         hal_device = get_device(device)
         instance = rt.VmInstance()
@@ -103,7 +112,15 @@ class VmModule:
             provider = index.create_provider(scope=scope)
             modules.append(rt.create_io_parameters_module(instance, provider))
             keepalive = (index, provider)
-        module = rt.VmModule.mmap(instance, str(vmfb_path))
+        try:
+            if vmfb_bytes is None:
+                module = rt.VmModule.mmap(instance, str(vmfb_path))
+            else:
+                module = rt.VmModule.copy_buffer(instance, vmfb_bytes)
+        except (RuntimeError, ValueError) as e:
+            raise VmError(f"{vmfb_path} is not a loadable IREE module ({str(e).strip().splitlines()[0]})") from None
+        if check is not None:
+            check({n: dict(module.lookup_function(n).reflection) for n in module.function_names})
         try:
             context = rt.VmContext(instance, modules=[*modules, module])
         except (RuntimeError, ValueError) as e:

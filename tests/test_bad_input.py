@@ -114,7 +114,7 @@ def test_prompt_longer_than_max_seq_len(artifact):
     s = Session.load(artifact("ds-sparse"))
     with pytest.raises(SessionError, match=r"max_seq_len 64"):
         s.prefill(list(range(65)))
-    with pytest.raises(SessionError, match=r"max_new_tokens 50 exceeds max_seq_len 64"):
+    with pytest.raises(SessionError, match=r"max_new_tokens 50 needs 69 positions, more than max_seq_len 64"):
         s.generate(list(range(20)), max_new_tokens=50)
 
 

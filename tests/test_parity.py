@@ -93,8 +93,8 @@ def test_greedy_generate_matches_transformers(name, reference, artifact):
 @pytest.mark.parametrize("name", ["ds-sparse", "oss-base"])
 def test_greedy_generate_stopping_at_eos_leaves_the_state_of_its_tokens(name, reference, artifact):
     """Greedy generate stopping at an EOS returns the tokens up to it, stops at the position
-    before it (the EOS is not decoded), and leaves state that continues exactly as a prefill of
-    the same tokens."""
+    before it (the EOS is pending, not yet decoded), and the next call, which feeds the EOS
+    first, continues exactly as a prefill of the same tokens."""
     from day0.runtime.session import Session
 
     _, ids, _ = _expected(reference, name)
@@ -104,10 +104,11 @@ def test_greedy_generate_stopping_at_eos_leaves_the_state_of_its_tokens(name, re
     s = Session.load(artifact(name))
     s.eos_token_ids = {tokens[i]}
     assert s.generate(prompt, max_new_tokens=6) == tokens[: i + 1]
-    assert s.position == len(prompt) + i  # the EOS itself is not in the sequence
+    assert s.position == len(prompt) + i and s.pending == tokens[i]  # the EOS is pending, not yet fed
     stepwise = Session.load(artifact(name))
-    stepwise.prefill(np.array(prompt + tokens[:i]))
-    assert rel_err(s.decode(tokens[i])[None], stepwise.decode(tokens[i])[None]) < 1e-6
+    stepwise.prefill(np.array(prompt + tokens[: i + 1]))
+    nxt = tokens[0]  # the next call feeds the pending EOS first
+    assert rel_err(s.decode(nxt)[None], stepwise.decode(nxt)[None]) < 1e-6
     assert s.decode_greedy(7) == stepwise.decode_greedy(7)
 
 
