@@ -18,8 +18,10 @@ import json
 import os
 import re
 import shutil
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import MISSING, asdict, dataclass, fields, is_dataclass, replace
 from pathlib import Path
+from types import UnionType
+from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from day0.runtime.files import FileRecordError, sha256_bytes, sha256_file, verify_file_records
 
@@ -139,7 +141,8 @@ class Manifest:
 
     @classmethod
     def from_json(cls, data: dict, where: str = MANIFEST) -> Manifest:
-        """The manifest in `data`; ArtifactError naming `where` and the field when it is not one."""
+        """The manifest in `data`; ArtifactError naming `where` and the field when it is not one
+        (a missing or unknown field, or a value of the wrong type)."""
         if not isinstance(data, dict):
             raise ArtifactError(f"{where}: not a JSON object")
         version = data.get("format_version")
@@ -149,40 +152,78 @@ class Manifest:
                 f"{FORMAT_VERSION}; compile the checkpoint again with this day0"
             )
         try:
+            top = _plain(cls, data, "")
+            entries, params = top["entry_points"], _plain(Parameters, top["parameters"], "parameters.")
             return cls(
                 **{
-                    **_plain(cls, data),
-                    "devices": tuple(data["devices"]),
+                    **top,
                     "entry_points": {
-                        k: EntryPoint(
-                            **{**_plain(EntryPoint, e), "inputs": tuple(e["inputs"]), "outputs": tuple(e["outputs"])}
-                        )
-                        for k, e in data["entry_points"].items()
+                        k: EntryPoint(**_plain(EntryPoint, e, f"entry_points.{k}.")) for k, e in entries.items()
                     },
                     "state": tuple(
-                        StateTensor(**{**_plain(StateTensor, s), "shape": tuple(s["shape"])}) for s in data["state"]
+                        StateTensor(**_plain(StateTensor, t, f"state[{i}].")) for i, t in enumerate(top["state"])
                     ),
                     "parameters": Parameters(
                         **{
-                            **_plain(Parameters, data["parameters"]),
-                            "files": tuple(FileRecord(**f) for f in data["parameters"]["files"]),
+                            **params,
+                            "files": tuple(
+                                FileRecord(**_plain(FileRecord, f, "parameters.files[].")) for f in params["files"]
+                            ),
                         }
                     ),
-                    "compile_flags": tuple(data["compile_flags"]),
-                    "vmfb": FileRecord(**data["vmfb"]) if data.get("vmfb") else None,
+                    "vmfb": FileRecord(**_plain(FileRecord, top["vmfb"], "vmfb.")) if top.get("vmfb") else None,
                 }
             )
         except (KeyError, TypeError, AttributeError) as e:
             raise ArtifactError(f"{where}: malformed manifest ({type(e).__name__}: {e})") from None
 
 
-def _plain(cls, data: dict) -> dict:
-    """The fields of `cls` present in `data`; a missing required one raises KeyError naming it,
-    an unknown key TypeError (through the constructor)."""
-    unknown = set(data) - {f.name for f in fields(cls)}
+def _plain(cls, data, path: str) -> dict:
+    """The fields of `cls` in `data` (a JSON object), each checked against its annotation; JSON
+    lists become tuples. A missing required field raises KeyError, an unknown or mistyped one
+    TypeError, each naming the field's path."""
+    if not isinstance(data, dict):
+        raise TypeError(f"field '{path.rstrip('.')}' must be a JSON object, got {data!r}")
+    known = {f.name: f for f in fields(cls)}
+    unknown = set(data) - set(known)
     if unknown:
-        raise TypeError(f"unknown field(s) {', '.join(sorted(unknown))}")
-    return dict(data)
+        raise TypeError(f"unknown field(s) {', '.join(path + u for u in sorted(unknown))}")
+    hints = get_type_hints(cls)
+    out = {}
+    for name, f in known.items():
+        if name not in data:
+            if f.default is MISSING:
+                raise KeyError(f"missing field '{path}{name}'")
+            continue
+        value = data[name]
+        if not _fits(value, hints[name]):
+            raise TypeError(f"field '{path}{name}' is {value!r}, not {_type_name(hints[name])}")
+        out[name] = tuple(value) if isinstance(value, list) and get_origin(hints[name]) is tuple else value
+    return out
+
+
+def _fits(value, hint) -> bool:
+    """Whether a JSON value can stand for `hint` (nested dataclasses: an object, checked later)."""
+    origin, args = get_origin(hint), get_args(hint)
+    if hint is Any:
+        return True
+    if hint is type(None):
+        return value is None
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint in (str, bool, float):
+        return isinstance(value, hint)
+    if origin in (Union, UnionType):
+        return any(_fits(value, a) for a in args)
+    if origin in (tuple, list):
+        return isinstance(value, (list, tuple)) and all(_fits(v, args[0]) for v in value)
+    if origin is dict or hint is dict or is_dataclass(hint):
+        return isinstance(value, dict)
+    return True
+
+
+def _type_name(hint) -> str:
+    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
 
 
 def staging_dir(out_dir: Path) -> Path:
@@ -226,9 +267,11 @@ def read_manifest(artifact_dir: Path, verify: bool = True, checkpoint_dir=None) 
             f"{artifact_dir}: no {MANIFEST}; not a day0 artifact, or its compile was interrupted — compile again"
         )
     try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ArtifactError(f"{path}: invalid JSON ({e})") from None
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ArtifactError(f"{path}: not valid JSON ({e})") from None
+    except OSError as e:
+        raise ArtifactError(f"{path}: cannot read it ({e.strerror})") from None
     manifest = Manifest.from_json(data, str(path))
     if manifest.vmfb is None:
         raise ArtifactError(f"{path}: no vmfb record; compile again")

@@ -67,6 +67,14 @@ def test_another_format_version_is_refused_by_name():
         (lambda d: d["state"][0].pop("kind"), "kind"),
         (lambda d: d.update(surprise=1), "surprise"),
         (lambda d: d["entry_points"]["decode"].update(len=3), "len"),
+        (lambda d: d.update(max_seq_len="64"), r"field 'max_seq_len' is '64', not int"),
+        (lambda d: d.update(devices="cuda"), r"field 'devices' is 'cuda'"),
+        (lambda d: d["state"][0].update(shape=[64, "8"]), r"field 'state\[0\]\.shape' is \[64, '8'\]"),
+        (lambda d: d["state"][0].update(layer=True), r"field 'state\[0\]\.layer' is True, not int"),
+        (lambda d: d["entry_points"]["decode"].pop("outputs"), r"missing field 'entry_points\.decode\.outputs'"),
+        (lambda d: d["parameters"].update(files={}), r"field 'parameters\.files' is \{\}"),
+        (lambda d: d.update(entry_points=[]), r"field 'entry_points' is \[\], not dict"),
+        (lambda d: d.update(state=[7]), r"field 'state' is \[7\]"),
     ],
 )
 def test_a_malformed_manifest_names_the_field(edit, field):
@@ -74,3 +82,14 @@ def test_a_malformed_manifest_names_the_field(edit, field):
     edit(data)
     with pytest.raises(ArtifactError, match=rf"malformed manifest .*{field}"):
         Manifest.from_json(data)
+
+
+def test_unreadable_manifest_files_are_named(tmp_path):
+    from day0.runtime.artifact import read_manifest
+
+    (tmp_path / "manifest.json").write_bytes(b"\xff\xfe{not json")
+    with pytest.raises(ArtifactError, match=r"manifest\.json: not valid JSON"):
+        read_manifest(tmp_path)
+    (tmp_path / "manifest.json").write_text("[1, 2]")
+    with pytest.raises(ArtifactError, match=r"manifest\.json: not a JSON object"):
+        read_manifest(tmp_path)
