@@ -29,53 +29,11 @@ from pathlib import Path
 
 import numpy as np
 
-# The e2e benchmark model; transformers' defaults for everything it does not name.
-CONFIGS = {
-    "e2e": dict(
-        vocab_size=32000,
-        hidden_size=2048,
-        num_hidden_layers=12,
-        num_attention_heads=16,
-        num_key_value_heads=16,
-        q_lora_rank=768,
-        kv_lora_rank=512,
-        qk_nope_head_dim=128,
-        qk_rope_head_dim=64,
-        v_head_dim=128,
-        n_routed_experts=64,
-        num_experts_per_tok=8,
-        moe_intermediate_size=1024,
-        n_shared_experts=1,
-        first_k_dense_replace=1,
-        index_n_heads=16,
-        index_head_dim=128,
-        index_topk=2048,
-    ),
-    # the CPU test of the whole e2e path (tests/test_bench_gpu.py)
-    "tiny": dict(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        q_lora_rank=32,
-        kv_lora_rank=32,
-        qk_nope_head_dim=16,
-        qk_rope_head_dim=16,
-        v_head_dim=16,
-        n_routed_experts=8,
-        num_experts_per_tok=2,
-        moe_intermediate_size=32,
-        n_shared_experts=1,
-        first_k_dense_replace=1,
-        n_group=2,
-        topk_group=1,
-        index_n_heads=16,
-        index_head_dim=32,
-        index_topk=16,
-    ),
-}
+from day0.tools.bench.deepseek_v32_configs import CONFIGS as _DEEPSEEK_V32
+
+# The e2e benchmark model and its tiny CPU test (tests/test_bench_gpu.py), from the table of the
+# deepseek_v32 benchmark models; transformers' defaults for everything they do not name.
+CONFIGS = {name: _DEEPSEEK_V32[name] for name in ("e2e", "tiny")}
 SHARD_BYTES = 1 << 30
 CHUNK = 1 << 26  # elements generated at a time
 _DTYPES = {"bf16": "BF16", "f32": "F32", "u8": "U8"}

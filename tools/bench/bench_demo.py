@@ -122,6 +122,15 @@ def arguments(prog: str, workdir: str, prompt_len: int, decode_steps: int, repea
     return p
 
 
+def write_results(a: argparse.Namespace, results: dict) -> None:
+    """Write a CPU benchmark's `results` as JSON where its `arguments` say (--json, else
+    WORKDIR/bench.json) and print the path."""
+    out = Path(a.json) if a.json else Path(a.workdir) / "bench.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+    print(f"wrote {out}")
+
+
 def main(argv=None) -> int:
     from day0.lowering.driver import BuildOptions, compile_checkpoint
     from day0.tools.checkpoints.demo import ensure_demo_checkpoint
@@ -158,21 +167,16 @@ def main(argv=None) -> int:
                 f"{k:<15}{dev:<13}{r[k]:>10.1f}{ref[k]:>14.1f}{limit[k]:>11.1f}"
                 f"{r[k] / ref[k]:>9.2f}x{100 * r[k] / limit[k]:>9.1f}%"
             )
-    out = Path(a.json) if a.json else work / "bench.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
-        json.dumps(
-            {
-                "day0": ours,
-                "transformers": ref,
-                "limit": limit,
-                "machine": rates,
-                "config": {"prompt_len": a.prompt_len, "decode_steps": a.decode_steps, "max_seq_len": max_seq_len},
-            },
-            indent=2,
-        )
+    write_results(
+        a,
+        {
+            "day0": ours,
+            "transformers": ref,
+            "limit": limit,
+            "machine": rates,
+            "config": {"prompt_len": a.prompt_len, "decode_steps": a.decode_steps, "max_seq_len": max_seq_len},
+        },
     )
-    print(f"wrote {out}")
     return 0
 
 

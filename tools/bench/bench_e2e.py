@@ -56,6 +56,7 @@ SHIPPED = [
     "frontend/ops.py",
     "tools/bench/bench_checkpoint.py",
     "tools/bench/bench_e2e.py",
+    "tools/bench/deepseek_v32_configs.py",
     "tools/checkpoints/__init__.py",
     "tools/checkpoints/common.py",
     "tools/checkpoints/demo.py",

@@ -8,13 +8,12 @@ tiny-checkpoint writer (tie-free selections), prompt 256 tokens, then 32 decode 
 defaults). Results: docs/perf.md, section 'CPU, glm5_next small'.
 """
 
-import json
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from day0.tools.bench.bench_demo import arguments, bench_day0, time_transformers
+from day0.tools.bench.bench_demo import arguments, bench_day0, time_transformers, write_results
 from day0.tools.checkpoints.glm5_next import BENCH_SMALL
 
 MAX_SEQ_LEN = 512
@@ -50,21 +49,16 @@ def main(argv=None) -> int:
     print(f"{'metric':<15}{'day0':>10}{'transformers':>14}{'vs eager':>10}")
     for k in ("prefill_tok_s", "decode_tok_s"):
         print(f"{k:<15}{ours[k]:>10.1f}{ref[k]:>14.1f}{ours[k] / ref[k]:>9.2f}x")
-    out = Path(a.json) if a.json else work / "bench.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
-        json.dumps(
-            {
-                "day0": ours,
-                "transformers": ref,
-                "config": BENCH_SMALL,
-                "prompt_len": a.prompt_len,
-                "decode_steps": a.decode_steps,
-            },
-            indent=2,
-        )
+    write_results(
+        a,
+        {
+            "day0": ours,
+            "transformers": ref,
+            "config": BENCH_SMALL,
+            "prompt_len": a.prompt_len,
+            "decode_steps": a.decode_steps,
+        },
     )
-    print(f"wrote {out}")
     return 0
 
 

@@ -17,22 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-CONFIG = dict(
-    hidden_size=1024,
-    intermediate_size=2048,
-    moe_intermediate_size=512,
-    num_hidden_layers=3,
-    first_k_dense_replace=1,
-    n_routed_experts=32,
-    num_experts_per_tok=4,
-    n_group=4,
-    topk_group=2,
-    num_attention_heads=8,
-    num_key_value_heads=8,
-    q_lora_rank=256,
-    kv_lora_rank=128,
-    vocab_size=4096,
-)
+from day0.tools.bench.deepseek_v32_configs import CONFIGS
 
 _PROBE = r"""
 import json, resource, sys, numpy as np
@@ -75,9 +60,9 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     work = Path(a.workdir)
     if a.make_checkpoint:
-        write_tiny_checkpoint(
-            work / "ckpt-f32", tiny_deepseek_v32_config(**CONFIG), seed=0, max_shard_size="200MB", tokenizer=False
-        )
+        # the demo config with the fields of the `memory` column of the deepseek_v32 benchmark table
+        config = tiny_deepseek_v32_config(**CONFIGS["memory"])
+        write_tiny_checkpoint(work / "ckpt-f32", config, seed=0, max_shard_size="200MB", tokenizer=False)
         quantize_checkpoint(work / "ckpt-f32", work / "ckpt-mxfp4", "compressed-tensors")
         return 0
     packed = work / "ckpt-mxfp4"

@@ -17,8 +17,8 @@ version: two fresh creations give identical bytes (tests/test_demo_checkpoint.py
 Ties. The DSA indexer scores I[t,s] = sum_h w[t,h] * ReLU(q[t,h] . k[s]) and keeps the top-k
 per query; compiled and eager code agree on the selection only where the k-th and (k+1)-th
 scores differ by more than float rounding. With random weights and few heads many scores can
-be exactly 0 (every head's ReLU clipped), i.e. exact ties. The post-init tweaks in
-`_break_ties` avoid that: 16 indexer heads, a positive bias on the indexer's key LayerNorm
+be exactly 0 (every head's ReLU clipped), i.e. exact ties. The post-init changes in `INITS`
+avoid that: 16 indexer heads, a positive bias on the indexer's key LayerNorm
 (adds a shared positive component to every key, so most q.k are away from the ReLU kink),
 larger indexer projections (scores well above float32 noise), and a small random MoE
 `e_score_correction_bias` (no two experts score alike). `selection_margin` measures the
@@ -44,7 +44,7 @@ from pathlib import Path
 import torch
 
 from day0.runtime.files import make_readable
-from day0.tools.checkpoints.common import float32_config, write_seeded
+from day0.tools.checkpoints.common import tiny_config, write_seeded
 
 # Bump when anything that changes the written bytes changes (config, tweaks, tokenizer).
 DEMO_VERSION = 1
@@ -80,10 +80,21 @@ DEMO_CONFIG: dict = dict(
     tie_word_embeddings=False,
 )
 
-# Post-init tie-breaking constants (see module docstring).
+# Post-init tie-breaking constants (see module docstring; tools/bench/bench_checkpoint.py draws with them too).
 INDEXER_K_NORM_BIAS = 0.75
 INDEXER_WEIGHT_SCALE = 4.0
 ROUTER_BIAS_STD = 0.01
+# The tie breakers as post-init changes (common.apply_inits); INDEXER_INITS serves every DSA indexer
+# of transformers' form (glm5_next's too).
+INDEXER_INITS = {
+    "k_norm.bias": ("fill_", INDEXER_K_NORM_BIAS),
+    "wq_b.weight": ("mul_", INDEXER_WEIGHT_SCALE),
+    "weights_proj.weight": ("mul_", INDEXER_WEIGHT_SCALE),
+}
+INITS = {
+    "DeepseekV32Indexer": INDEXER_INITS,
+    "DeepseekV32TopkRouter": {"e_score_correction_bias": ("normal_", 0.0, ROUTER_BIAS_STD)},
+}
 
 BOS, EOS = "<bos>", "<eos>"
 # Merges appended after the specials (ids 258...), each `prefix + last char` of an earlier
@@ -156,21 +167,7 @@ _MERGE_WORDS = [
 
 def tiny_deepseek_v32_config(**overrides):
     """A DeepseekV32Config from DEMO_CONFIG with `overrides` applied (float32)."""
-    from transformers import DeepseekV32Config
-
-    return float32_config(DeepseekV32Config, **{**DEMO_CONFIG, **overrides})
-
-
-@torch.no_grad()
-def _break_ties(model) -> None:
-    """Post-init tweaks that make indexer and router selections tie-free (module docstring)."""
-    for module in model.modules():
-        if type(module).__name__ == "DeepseekV32Indexer":
-            module.k_norm.bias.fill_(INDEXER_K_NORM_BIAS)
-            module.wq_b.weight.mul_(INDEXER_WEIGHT_SCALE)
-            module.weights_proj.weight.mul_(INDEXER_WEIGHT_SCALE)
-        elif type(module).__name__ == "DeepseekV32TopkRouter":
-            module.e_score_correction_bias.normal_(0.0, ROUTER_BIAS_STD)
+    return tiny_config("DeepseekV32Config", DEMO_CONFIG, overrides)
 
 
 def _bytes_to_unicode() -> list[str]:
@@ -219,10 +216,8 @@ def write_tiny_checkpoint(path, config, seed: int, max_shard_size=None, tokenize
     """Write a random `DeepseekV32ForCausalLM(config)` (float32, tie-breaking tweaks applied)
     to the directory `path` with `save_pretrained` (safetensors). `max_shard_size` None = one
     shard; `tokenizer` adds a byte-level tokenizer.json. Not atomic: see ensure_demo_checkpoint."""
-    from transformers import DeepseekV32ForCausalLM
-
     kwargs = {} if max_shard_size is None else {"max_shard_size": max_shard_size}
-    path = write_seeded(path, DeepseekV32ForCausalLM, config, seed, _break_ties, **kwargs)
+    path = write_seeded(path, "DeepseekV32ForCausalLM", config, seed, INITS, **kwargs)
     if tokenizer:
         build_byte_tokenizer(config.vocab_size).save(str(path / "tokenizer.json"), pretty=True)
     return path

@@ -7,8 +7,9 @@ Random init is tweaked so that every feature matters and no selection hangs on a
 initializer_range 0.1 (0.02 leaves the logits nearly flat); a random MoE e_score_correction_bias
 (transformers zeroes it); random gated-norm weights; random k-pool compression (transformers'
 zeros/ones make every pool a plain mean); random mHC base and scale (zeros/ones); and the DSA
-indexer tweaks of tools/checkpoints/demo.py: a positive LayerNorm bias on the indexer keys and
-larger query/weight projections, so pool scores are away from the ReLU kink and well apart.
+indexer tweaks of tools/checkpoints/demo.py (INDEXER_INITS): a positive LayerNorm bias on the
+indexer keys and larger query/weight projections, so pool scores are away from the ReLU kink and
+well apart. The weight changes are the table INITS, applied by common.apply_inits.
 `pool_selection_margin` measures the smallest top-k gap of the pool scores on a sequence.
 """
 
@@ -19,108 +20,108 @@ from pathlib import Path
 import torch
 
 from day0.tools.checkpoints.common import float32_config, write_seeded
-from day0.tools.checkpoints.demo import INDEXER_K_NORM_BIAS, INDEXER_WEIGHT_SCALE
+from day0.tools.checkpoints.demo import INDEXER_INITS
 
-TINY_TEXT: dict = dict(
-    vocab_size=128,
-    hidden_size=32,
-    intermediate_size=64,
-    moe_intermediate_size=32,
-    num_hidden_layers=3,
-    num_attention_heads=4,
-    num_key_value_heads=4,
-    q_lora_rank=16,
-    kv_lora_rank=16,
-    qk_rope_head_dim=0,
-    qk_nope_head_dim=8,
-    v_head_dim=8,
-    n_routed_experts=8,
-    num_experts_per_tok=2,
-    n_shared_experts=1,
-    index_topk=8,
-    index_head_dim=16,
-    index_n_heads=8,
-    index_kpool=4,
-    layer_types=["linear_attention", "indexed_attention", "indexed_attention"],
-    indexer_types=["full", "full", "shared"],
-    mlp_layer_types=["dense", "sparse", "sparse"],
-    linear_head_dim=8,
-    linear_num_heads=4,
-    hc_mult=2,
-    hc_sinkhorn_iters=6,  # (20 in the release: the same code, unrolled; 6 keeps export short)
-    swiglu_limit=1.0,  # small enough that the clamp is reached with these weights
-    initializer_range=0.1,
-    pad_token_id=None,
-    bos_token_id=None,
-    eos_token_id=None,
-)
-# The small model of `make bench` and `make bench-gpu` (tools/bench/bench_glm5.py, tools/bench/bench_gpu_glm5.py):
-# 4 layers (KDA, DSA full, DSA shared, KDA), hidden 256, 16 experts top-4, k-pool 8, top-64.
-BENCH_SMALL: dict = dict(
-    vocab_size=1024,
-    hidden_size=256,
-    intermediate_size=512,
-    moe_intermediate_size=256,
-    num_hidden_layers=4,
-    num_attention_heads=8,
-    num_key_value_heads=8,
-    q_lora_rank=128,
-    kv_lora_rank=64,
-    qk_nope_head_dim=32,
-    v_head_dim=32,
-    n_routed_experts=16,
-    num_experts_per_tok=4,
-    index_topk=64,
-    index_head_dim=32,
-    index_n_heads=8,
-    index_kpool=8,
-    layer_types=["linear_attention", "indexed_attention", "indexed_attention", "linear_attention"],
-    indexer_types=["full", "full", "shared", "full"],
-    mlp_layer_types=["dense", "sparse", "sparse", "sparse"],
-    linear_head_dim=32,
-    linear_num_heads=8,
-    hc_mult=2,
-)
+
+def glm5_layers(*layers: str) -> dict:
+    """layer_types, indexer_types and mlp_layer_types of a text stack given one "attention/mlp"
+    string per layer: attention "kda" (linear_attention), "full" or "shared" (indexed_attention
+    with its own indexer, or the one of the full layer before it); mlp "dense" or "sparse". The
+    three lists then always have one entry per layer (a KDA layer's indexer entry, unused, is
+    "full")."""
+    attention, mlp = zip(*(layer.split("/") for layer in layers))
+    return dict(
+        layer_types=["linear_attention" if a == "kda" else "indexed_attention" for a in attention],
+        indexer_types=["full" if a == "kda" else a for a in attention],
+        mlp_layer_types=list(mlp),
+    )
+
+
+# The two text models side by side, one row per field. `tiny` is TINY_TEXT, the model of the
+# tests (their config_overrides apply on top of it). `bench` is BENCH_SMALL, the small model of
+# `make bench` and `make bench-gpu` (tools/bench/bench_glm5.py, tools/bench/bench_gpu_glm5.py),
+# given as overrides of TINY_TEXT (`...`: TINY_TEXT's value): 4 layers (KDA, DSA full, DSA shared,
+# KDA), hidden 256, 16 experts top-4, k-pool 8, top-64. A dict value (glm5_layers) is several fields.
+_TEXT_FIELDS: dict[str, tuple] = {
+    #                         tiny, bench
+    "vocab_size": (128, 1024),
+    "hidden_size": (32, 256),
+    "intermediate_size": (64, 512),
+    "moe_intermediate_size": (32, 256),
+    "num_hidden_layers": (3, 4),
+    "num_attention_heads": (4, 8),
+    "num_key_value_heads": (4, 8),
+    "q_lora_rank": (16, 128),
+    "kv_lora_rank": (16, 64),
+    "qk_rope_head_dim": (0, ...),
+    "qk_nope_head_dim": (8, 32),
+    "v_head_dim": (8, 32),
+    "n_routed_experts": (8, 16),
+    "num_experts_per_tok": (2, 4),
+    "n_shared_experts": (1, ...),
+    "index_topk": (8, 64),
+    "index_head_dim": (16, 32),
+    "index_n_heads": (8, 8),
+    "index_kpool": (4, 8),
+    "layers": (
+        glm5_layers("kda/dense", "full/sparse", "shared/sparse"),
+        glm5_layers("kda/dense", "full/sparse", "shared/sparse", "kda/sparse"),
+    ),
+    "linear_head_dim": (8, 32),
+    "linear_num_heads": (4, 8),
+    "hc_mult": (2, 2),
+    "hc_sinkhorn_iters": (6, ...),  # (20 in the release: the same code, unrolled; 6 keeps export short)
+    "swiglu_limit": (1.0, ...),  # small enough that the clamp is reached with these weights
+    "initializer_range": (0.1, ...),
+    "pad_token_id": (None, ...),
+    "bos_token_id": (None, ...),
+    "eos_token_id": (None, ...),
+}
+
+
+def _text_config(column: int) -> dict:
+    """One column of _TEXT_FIELDS as a text config dict, in row order."""
+    config: dict = {}
+    for field, values in _TEXT_FIELDS.items():
+        value = values[column]
+        if isinstance(value, dict):
+            config.update(value)
+        elif value is not ...:
+            config[field] = value
+    return config
+
+
+TINY_TEXT: dict = _text_config(0)
+BENCH_SMALL: dict = _text_config(1)
 TINY_VISION: dict = dict(
     depth=1, hidden_size=16, num_heads=2, intermediate_size=32, out_hidden_size=32, projection_intermediate_size=32
 )
-
-ROUTER_BIAS_STD = 0.05
-NORM_STD = 0.2
+# Post-init changes (common.apply_inits), see the module docstring.
+INITS = {
+    "Glm5NextTextTopkRouter": {"e_score_correction_bias": ("normal_", 0.0, 0.05)},
+    "Glm5NextTextRMSNormGated": {"weight": ("normal_", 1.0, 0.2)},
+    "Glm5NextTextIndexer": {
+        **INDEXER_INITS,
+        "index_kpool_compress_ape": ("normal_", 0.0, 1.0),
+        "index_kpool_compress_gate": ("normal_", 0.0, 0.5),
+    },
+    "Glm5NextTextHyperConnection": {
+        "base": ("normal_", 0.0, 0.5),
+        "scale": ("uniform_", 0.5, 1.5),
+        "fn": ("normal_", 0.0, 0.5),
+    },
+}
 
 
 def tiny_glm5_next_config(**overrides):
-    from transformers import Glm5NextConfig
-
-    return float32_config(Glm5NextConfig, text_config={**TINY_TEXT, **overrides}, vision_config=TINY_VISION)
-
-
-@torch.no_grad()
-def _tweak(model) -> None:
-    for module in model.modules():
-        name = type(module).__name__
-        if name == "Glm5NextTextTopkRouter":
-            module.e_score_correction_bias.normal_(0.0, ROUTER_BIAS_STD)
-        elif name == "Glm5NextTextRMSNormGated":
-            module.weight.normal_(1.0, NORM_STD)
-        elif name == "Glm5NextTextIndexer":
-            module.k_norm.bias.fill_(INDEXER_K_NORM_BIAS)
-            module.wq_b.weight.mul_(INDEXER_WEIGHT_SCALE)
-            module.weights_proj.weight.mul_(INDEXER_WEIGHT_SCALE)
-            module.index_kpool_compress_ape.normal_(0.0, 1.0)
-            module.index_kpool_compress_gate.normal_(0.0, 0.5)
-        elif name == "Glm5NextTextHyperConnection":
-            module.base.normal_(0.0, 0.5)
-            module.scale.uniform_(0.5, 1.5)
-            module.fn.normal_(0.0, 0.5)
+    """A Glm5NextConfig (float32): TINY_TEXT with `overrides` applied as its text config, TINY_VISION."""
+    return float32_config("Glm5NextConfig", text_config={**TINY_TEXT, **overrides}, vision_config=TINY_VISION)
 
 
 def write_tiny_glm5_next_checkpoint(path, config_overrides: dict | None = None, seed: int = 0) -> Path:
     """Write a random Glm5NextForConditionalGeneration (float32) to the directory `path`."""
-    from transformers import Glm5NextForConditionalGeneration
-
     config = tiny_glm5_next_config(**(config_overrides or {}))
-    return write_seeded(path, Glm5NextForConditionalGeneration, config, seed, _tweak)
+    return write_seeded(path, "Glm5NextForConditionalGeneration", config, seed, INITS)
 
 
 @torch.no_grad()

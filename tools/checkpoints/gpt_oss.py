@@ -23,9 +23,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-import torch
-
-from day0.tools.checkpoints.common import float32_config, write_seeded
+from day0.tools.checkpoints.common import tiny_config, write_seeded
 
 TINY_CONFIG: dict = dict(
     vocab_size=128,
@@ -44,26 +42,16 @@ TINY_CONFIG: dict = dict(
     swiglu_limit=1.0,
     tie_word_embeddings=False,
 )
-BIAS_STD = 0.1
-SINK_STD = 1.0
+# Post-init changes (common.apply_inits): random expert biases, O(1) attention sinks.
+INITS = {
+    "GptOssExperts": {"gate_up_proj_bias": ("normal_", 0.0, 0.1), "down_proj_bias": ("normal_", 0.0, 0.1)},
+    "GptOssAttention": {"sinks": ("normal_", 0.0, 1.0)},
+}
 
 
 def tiny_gpt_oss_config(**overrides):
     """A GptOssConfig from TINY_CONFIG with `overrides` applied (float32)."""
-    from transformers import GptOssConfig
-
-    return float32_config(GptOssConfig, **{**TINY_CONFIG, **overrides})
-
-
-@torch.no_grad()
-def _tweak(model) -> None:
-    for module in model.modules():
-        name = type(module).__name__
-        if name == "GptOssExperts":
-            module.gate_up_proj_bias.normal_(0.0, BIAS_STD)
-            module.down_proj_bias.normal_(0.0, BIAS_STD)
-        elif name == "GptOssAttention":
-            module.sinks.normal_(0.0, SINK_STD)
+    return tiny_config("GptOssConfig", TINY_CONFIG, overrides)
 
 
 def write_tiny_gpt_oss_checkpoint(
@@ -71,15 +59,13 @@ def write_tiny_gpt_oss_checkpoint(
 ) -> Path:
     """Write a random GptOssForCausalLM (float32) to the directory `path`; with `mxfp4` its
     experts are stored MXFP4-quantized in the gpt-oss layout (see the module docstring)."""
-    from transformers import GptOssForCausalLM
-
     from day0.models.quantize import quantize_checkpoint
 
     config = tiny_gpt_oss_config(**(config_overrides or {}))
     if not mxfp4:
-        return write_seeded(path, GptOssForCausalLM, config, seed, _tweak)
+        return write_seeded(path, "GptOssForCausalLM", config, seed, INITS)
     path = Path(path)
     with tempfile.TemporaryDirectory(prefix="gpt-oss-bf16-") as tmp:
-        write_seeded(tmp, GptOssForCausalLM, config, seed, _tweak)
+        write_seeded(tmp, "GptOssForCausalLM", config, seed, INITS)
         quantize_checkpoint(tmp, path, layout="gpt-oss")
     return path

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
-from day0.tools.checkpoints.common import float32_config, write_seeded
+from day0.tools.checkpoints.common import tiny_config, write_seeded
 
 TINY_CONFIG: dict = dict(
     vocab_size=128,
@@ -45,30 +43,19 @@ TINY_CONFIG: dict = dict(
     eos_token_id=None,
     tie_word_embeddings=False,
 )
-BIAS_STD = 0.1
-NORM_STD = 0.2
+# Post-init changes (common.apply_inits): a random MoE score-correction bias, random gated-norm weights.
+INITS = {
+    "KimiLinearTopkRouter": {"e_score_correction_bias": ("normal_", 0.0, 0.1)},
+    "KimiLinearRMSNormGated": {"weight": ("normal_", 1.0, 0.2)},
+}
 
 
 def tiny_kimi_linear_config(**overrides):
     """A KimiLinearConfig from TINY_CONFIG with `overrides` applied (float32)."""
-    from transformers import KimiLinearConfig
-
-    return float32_config(KimiLinearConfig, **{**TINY_CONFIG, **overrides})
-
-
-@torch.no_grad()
-def _tweak(model) -> None:
-    for module in model.modules():
-        name = type(module).__name__
-        if name == "KimiLinearTopkRouter":
-            module.e_score_correction_bias.normal_(0.0, BIAS_STD)
-        elif name == "KimiLinearRMSNormGated":
-            module.weight.normal_(1.0, NORM_STD)
+    return tiny_config("KimiLinearConfig", TINY_CONFIG, overrides)
 
 
 def write_tiny_kimi_linear_checkpoint(path, config_overrides: dict | None = None, seed: int = 0) -> Path:
     """Write a random KimiLinearForCausalLM (float32) to the directory `path`."""
-    from transformers import KimiLinearForCausalLM
-
     config = tiny_kimi_linear_config(**(config_overrides or {}))
-    return write_seeded(path, KimiLinearForCausalLM, config, seed, _tweak)
+    return write_seeded(path, "KimiLinearForCausalLM", config, seed, INITS)
