@@ -182,8 +182,32 @@ def _with_failed_phase(stage: str, dump_dir: Path | None) -> str:
     return f"{stage}, phase {failed!r}"
 
 
+REPRO_HEADER = "#!/bin/sh\n# Reproduces the failed day0 compile.\n"
+REPRO_FILES = {"input.mlir", "command.sh", "stderr.log"}
+
+
+def _reusable_repro_dir(path: Path) -> bool:
+    """Absent, empty, or a repro day0 wrote (its files only, command.sh with day0's header)."""
+    if not path.exists():
+        return True
+    if not path.is_dir():
+        return False
+    names = {p.name for p in path.iterdir()}
+    if not names:
+        return True
+    try:
+        ours = (path / "command.sh").read_text(encoding="utf-8").startswith(REPRO_HEADER)
+    except (OSError, ValueError):
+        return False
+    return ours and names <= REPRO_FILES
+
+
 def _write_repro(src: Path, flags: Sequence[str], out_name: str, dump_dir: Path | None, repro_dir: Path | None) -> Path:
-    """Copy the input and write command.sh into the repro directory; return it."""
+    """Copy the input and write command.sh into the repro directory; return it. A `repro_dir`
+    that exists and holds anything but an earlier day0 repro is left alone (a fresh temp directory
+    is used instead): its files may be the user's."""
+    if repro_dir is not None and not _reusable_repro_dir(Path(repro_dir)):
+        repro_dir = None
     if repro_dir is None:
         repro_dir = dump_dir / "repro" if dump_dir else Path(tempfile.mkdtemp(prefix="day0-repro-"))
     repro_dir = Path(repro_dir).resolve()
@@ -193,6 +217,6 @@ def _write_repro(src: Path, flags: Sequence[str], out_name: str, dump_dir: Path 
         repro_src.write_text(src.read_text())
     cmd = [iree_compile_path(), str(repro_src), *flags, "-o", str(repro_dir / out_name)]
     script = repro_dir / "command.sh"
-    script.write_text("#!/bin/sh\n# Reproduces the failed day0 compile.\n" + shlex.join(cmd) + "\n")
+    script.write_text(REPRO_HEADER + shlex.join(cmd) + "\n")
     script.chmod(0o755)
     return repro_dir

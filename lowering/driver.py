@@ -9,11 +9,22 @@ one module that imports every stage, and runs them one named stage at a time:
 
 Every stage's failure surfaces as a `BuildError` naming the stage; `dump_stages` writes the IR
 after each of our stages and after each IREE phase under `<artifact>/stages/`.
+
+The output: day0 replaces only what it wrote. Before any work the output must be absent, an empty
+directory, or a day0 artifact holding only day0's files (ARTIFACT_FILES); anything else is refused
+by name. The artifact is built in a hidden sibling `.<name>.partial-<pid>-<id>` (one per compile)
+and published under an flock on `.<name>.lock` next to it: the check is made again, then the new
+directory takes the old one's place in one atomic exchange (renameat2 RENAME_EXCHANGE, where the
+filesystem has it), so concurrent compiles to one output each publish whole, the last one staying.
 """
 
+import contextlib
+import json
+import os
 import shutil
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,10 +33,16 @@ from day0.lowering.targets import DEFAULT_DSA_TILE
 
 STAGES = ("read", "export", "passes", "compile", "publish")
 DEFAULT_MAX_SEQ_LEN = 4096
+# --max-seq-len bounds: the export traces a 4-token prompt (frontend/export.py), and no supported
+# model has a context longer than 2**20 (kimi_linear, glm5_next: max_position_embeddings 1048576)
+MIN_MAX_SEQ_LEN = 4
+MAX_MAX_SEQ_LEN = 1 << 20
+# what day0 writes into an artifact directory (runtime/artifact.py; stages/: --dump-stages)
+ARTIFACT_FILES = ("manifest.json", "model.vmfb", "tokenizer.json", "stages")
 
 # What each entry point takes and returns (the manifest's EntryPoint records; frontend/export.py
 # emits them). Every one also returns the greedy next token after the logits.
-NEXT = "next[1] int64 (argmax of the last row, lowest id on ties)"
+NEXT = "next[1] int64 (argmax of the last row, lowest id on ties; -1 when the row is not all finite)"
 PREFILL = {
     "inputs": ("ids[S] int64", "start[1] int64", "*state"),
     "outputs": ("logits[S,V] float32", NEXT, "*state"),
@@ -137,17 +154,13 @@ def compile_checkpoint(
         FileRecord,
         Manifest,
         Parameters,
-        publish,
-        staging_dir,
     )
 
     progress = progress or _progress_printer()
     checkpoint_dir, out_dir = Path(checkpoint_dir).resolve(), Path(out_dir).resolve()
-    target = get_target(options.target)  # unknown target: clear error before any work
-    if options.max_seq_len < 2:
-        raise BuildError(f"--max-seq-len must be at least 2 (got {options.max_seq_len})")
-    if options.prefill_chunk is not None and options.prefill_chunk < 0:
-        raise BuildError(f"--prefill-chunk must be >= 0 (got {options.prefill_chunk})")
+    check_options(options)
+    check_output(out_dir)  # before any work: never replace what day0 did not write
+    target = get_target(options.target)
 
     progress("read", "start")
     ckpt = Checkpoint.open(checkpoint_dir)
@@ -159,7 +172,7 @@ def compile_checkpoint(
     check_checkpoint_scales(ckpt)
     progress("read", "done")
 
-    tmp = staging_dir(out_dir)
+    tmp = _staging_dir(out_dir)
     stages = tmp / "stages" if options.dump_stages else None
     if stages:
         stages.mkdir()
@@ -224,11 +237,127 @@ def compile_checkpoint(
             compile_flags=tuple(result.flags),
             tools=tool_versions(),
         )
-        manifest = publish(tmp, out_dir, manifest)
+        manifest = publish_replacing(tmp, out_dir, manifest)
         progress("publish", "done")
         return manifest
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def check_options(options: BuildOptions) -> None:
+    """The options' values in range, or a BuildError naming the option (no work done)."""
+    from day0.lowering.targets import get_target
+
+    get_target(options.target)  # an unknown target names the known ones
+    n = options.max_seq_len
+    if type(n) is not int or not MIN_MAX_SEQ_LEN <= n <= MAX_MAX_SEQ_LEN:
+        raise BuildError(f"--max-seq-len must be an integer in [{MIN_MAX_SEQ_LEN}, {MAX_MAX_SEQ_LEN}] (got {n})")
+    c = options.prefill_chunk
+    if c is not None and (type(c) is not int or c < 0):
+        raise BuildError(f"--prefill-chunk must be an integer >= 0 (got {c})")
+
+
+def is_artifact(path: Path) -> bool:
+    """Whether `path` holds a manifest.json that day0 wrote (any format version)."""
+    try:
+        data = json.loads((Path(path) / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and {"format_version", "architecture", "entry_points"} <= data.keys()
+
+
+def check_output(out_dir: Path) -> None:
+    """A BuildError naming `out_dir` unless compiling there loses nothing day0 did not write: it
+    is absent (under a directory), an empty directory, or a day0 artifact with only day0's files."""
+    out_dir = Path(out_dir)
+    if out_dir.is_symlink() or (out_dir.exists() and not out_dir.is_dir()):
+        raise BuildError(f"output {out_dir} exists and is not a directory; refusing to replace it")
+    if not out_dir.exists():
+        parent = next((p for p in out_dir.parents if p.exists()), None)
+        if parent is not None and not parent.is_dir():
+            raise BuildError(f"output {out_dir}: {parent} is not a directory")
+        return
+    try:
+        names = sorted(p.name for p in out_dir.iterdir())
+    except OSError as e:
+        raise BuildError(f"output {out_dir}: cannot list it ({e.strerror})") from None
+    if not names:
+        return
+    if not is_artifact(out_dir):
+        raise BuildError(
+            f"output {out_dir} is a non-empty directory that is not a day0 artifact (no manifest.json "
+            f"written by day0); refusing to replace it: choose another -o or empty it"
+        )
+    foreign = [n for n in names if n not in ARTIFACT_FILES]
+    if foreign:
+        raise BuildError(
+            f"output {out_dir} is a day0 artifact but also holds {', '.join(foreign[:3])}"
+            f"{' ...' if len(foreign) > 3 else ''}, which day0 did not write; refusing to replace it"
+        )
+
+
+def _staging_dir(out_dir: Path) -> Path:
+    """A fresh hidden sibling of out_dir, unique to this compile (process and call)."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.parent / f".{out_dir.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    return tmp
+
+
+@contextlib.contextmanager
+def output_lock(out_dir: Path):
+    """An exclusive flock on `.<name>.lock` next to out_dir, held for the block (released when
+    the process dies). The lock file stays: removing it would let two holders lock two files."""
+    import fcntl
+
+    with open(out_dir.parent / f".{out_dir.name}.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the directories a and b in one atomic step; False where the system cannot."""
+    import ctypes
+    import errno
+
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def publish_replacing(tmp: Path, out_dir: Path, manifest):
+    """`publish(tmp, ready, manifest)` (runtime/artifact.py: the manifest written last, tmp renamed
+    to `ready`), then `ready` put in out_dir's place, under output_lock; returns the manifest. An
+    existing out_dir is checked again (check_output) and swapped out atomically, then removed."""
+    from day0.runtime.artifact import publish
+
+    out_dir = Path(out_dir)
+    ready = out_dir.parent / f".{out_dir.name}.ready-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    old = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    with output_lock(out_dir):
+        check_output(out_dir)  # the output may have changed while we compiled
+        manifest = publish(tmp, ready, manifest)
+        try:
+            if not out_dir.exists():
+                os.rename(ready, out_dir)
+            elif not _exchange(ready, out_dir):  # two renames: out_dir is briefly absent
+                os.rename(out_dir, old)
+                os.rename(ready, out_dir)
+        finally:
+            shutil.rmtree(ready, ignore_errors=True)  # the replaced artifact, or ours on failure
+            shutil.rmtree(old, ignore_errors=True)
+    return manifest
 
 
 def tool_versions() -> dict[str, str]:

@@ -93,13 +93,21 @@ class TensorInfo:
 
 def _read_json(path: Path, what: str):
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as e:
-        raise CheckpointError(f"cannot read {what} {path}: {e}") from e
+        raise CheckpointError(f"cannot read {what} {path}: {e.strerror or e}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CheckpointError(
+            f"{what} {path} is not UTF-8 text (byte 0x{data[e.start]:02X} at offset {e.start}); JSON files are UTF-8"
+        ) from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise CheckpointError(f"{what} {path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from e
+        raise CheckpointError(f"{what} {path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except (ValueError, RecursionError) as e:  # an integer of > 4300 digits, nesting too deep
+        raise CheckpointError(f"{what} {path} is not valid JSON: {e}") from None
 
 
 def read_shard_header(path: Path) -> dict[str, TensorInfo]:

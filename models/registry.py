@@ -3,7 +3,7 @@ model class (a models.base.CausalLM) with `empty(cfg, max_seq_len, dtypes, cache
 `empty_state()`, `step()`."""
 
 from day0.models import deepseek_v32, glm5_next, gpt_oss, kimi_linear
-from day0.models.config import ConfigError
+from day0.models.config import ConfigError, require_numbers, require_parsed_numbers
 
 ARCHITECTURES = {
     deepseek_v32.MODEL_TYPE: (deepseek_v32, deepseek_v32.DeepseekV32),
@@ -14,7 +14,11 @@ ARCHITECTURES = {
 
 
 def architecture(raw_config: dict):
-    """(parsed config, model class) for a config.json dict, or a ConfigError naming model_type."""
+    """(parsed config, model class) for a config.json dict, or a ConfigError naming model_type or
+    the first field whose value is out of range (models/config.py NUMBER_FIELDS), before any model
+    is built."""
+    if not isinstance(raw_config, dict):
+        raise ConfigError(f"config.json: must be a JSON object (got a JSON {type(raw_config).__name__})")
     model_type = raw_config.get("model_type")
     if model_type not in ARCHITECTURES:
         raise ConfigError(
@@ -22,7 +26,10 @@ def architecture(raw_config: dict):
             f"(supported: {', '.join(sorted(ARCHITECTURES))})"
         )
     module, model_cls = ARCHITECTURES[model_type]
-    return module.parse_config(raw_config), model_cls
+    require_numbers(raw_config)
+    cfg = module.parse_config(raw_config)
+    require_parsed_numbers(raw_config, cfg)
+    return cfg, model_cls
 
 
 def build_eager(checkpoint_dir, max_seq_len: int, cache_dtype: str = "float32"):

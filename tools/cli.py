@@ -1,13 +1,31 @@
 """The `day0` command line: compile, generate, inspect, quantize, demo.
 
 Errors the user can fix (bad checkpoint, config, artifact, arguments) print one line naming the
-problem and exit with status 2; only bugs produce tracebacks.
+problem and exit with status 2; only bugs produce tracebacks. SIGTERM and SIGHUP stop a command as
+Ctrl-C does (the compile driver removes its staging directory, iree-compile is killed) and exit
+with 128 + the signal; output into a closed pipe (`day0 inspect ART | head -1`) ends quietly.
 """
 
 import argparse
+import contextlib
 import json
+import os
+import re
+import signal
 import sys
 from pathlib import Path
+
+# --prompt-ids: token ids separated by commas and/or whitespace ("1,2,3", "1, 2, 3", "1 2 3")
+_ID_SEPARATOR = re.compile(r"\s*,\s*|\s+")
+_ID = re.compile(r"[0-9]+")
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP: unwinds like Ctrl-C (every `finally` runs, subprocess.run kills its child)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -34,7 +52,16 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         Mxfp4Error,
         VmError,
         ValueError,
+        OSError,
     )
+
+
+def _message(e: BaseException) -> str:
+    """One line: OSErrors as `path: reason`, the rest as their text with newlines folded."""
+    if isinstance(e, OSError) and e.strerror:
+        where = f"{e.filename}: " if e.filename else ""
+        return f"{where}{e.strerror}" + (f" (-> {e.filename2})" if e.filename2 else "")
+    return " ".join(line.strip() for line in str(e).splitlines() if line.strip()) or type(e).__name__
 
 
 def cmd_compile(a) -> int:
@@ -53,25 +80,81 @@ def cmd_compile(a) -> int:
     return 0
 
 
-def _parse_ids(text: str) -> list[int]:
+class ArgumentError(ValueError):
+    pass
+
+
+def parse_ids(text: str, vocab_size: int | None = None) -> list[int]:
+    """--prompt-ids: decimal token ids separated by commas and/or whitespace, at least one, each in
+    [0, vocab_size); anything else an ArgumentError naming the argument."""
+    pieces = _ID_SEPARATOR.split(text.strip())
+    if pieces == [""]:
+        raise ArgumentError("--prompt-ids is empty: give at least one token id")
+    for t in pieces:
+        if not _ID.fullmatch(t):
+            why = "token ids are >= 0" if re.fullmatch(r"-[0-9]+", t) else "not a decimal integer"
+            raise ArgumentError(
+                f"--prompt-ids: {t[:40]!r} is not a token id ({why}); give integers separated by "
+                f"commas or spaces, e.g. 1,2,3"
+            )
+    ids = [int(t) for t in pieces]
+    if vocab_size is not None:
+        bad = next((t for t in ids if t >= vocab_size), None)
+        if bad is not None:
+            shown = str(bad) if len(str(bad)) <= 24 else f"{str(bad)[:20]}... ({len(str(bad))} digits)"
+            raise ArgumentError(f"--prompt-ids: token id {shown} is outside the vocabulary [0, {vocab_size})")
+    return ids
+
+
+def _check_generate_args(a) -> None:
+    """The numbers of `generate` that the session does not check itself (it names no argument)."""
+    if a.seed is not None and a.seed < 0:
+        raise ArgumentError(f"--seed must be >= 0 (got {a.seed})")
+    if a.max_new_tokens < 1:
+        raise ArgumentError(f"--max-new-tokens must be >= 1 (got {a.max_new_tokens})")
+    if a.prompt is not None and not a.prompt:
+        raise ArgumentError("--prompt is empty: give some text, or --prompt-ids")
+
+
+def _load_session(a):
+    """Session.load, whose missing-weights error says how to point at a moved checkpoint."""
+    from day0.runtime.artifact import ArtifactError
+    from day0.runtime.session import Session
+
     try:
-        return [int(t) for t in text.replace(" ", "").split(",") if t]
-    except ValueError:
-        raise ValueError(f"--prompt-ids must be comma-separated integers (got {text!r})") from None
+        return Session.load(Path(a.artifact), device=a.device, checkpoint_dir=a.checkpoint_dir)
+    except ArtifactError as e:
+        raise ArtifactError(_moved_hint(e, a)) from None
+
+
+def _moved_hint(e: Exception, a) -> str:
+    """The artifact error, with where the weights were looked for or how to say where they are."""
+    msg = str(e)
+    if "weight file" not in msg:
+        return msg
+    if a.checkpoint_dir is not None:
+        return f"{msg} (looked in --checkpoint-dir {a.checkpoint_dir})"
+    if "is missing" in msg:
+        return f"{msg} (if the checkpoint moved, pass its directory with --checkpoint-dir)"
+    return msg
 
 
 def cmd_generate(a) -> int:
-    from day0.runtime.session import Session
     from day0.runtime.tokenizer import TokenizerError, load_tokenizer
 
-    session = Session.load(Path(a.artifact), device=a.device)
+    _check_generate_args(a)
+    if a.prompt_ids is not None:
+        parse_ids(a.prompt_ids)  # its format checked before loading anything
+    session = _load_session(a)
     tokenizer = load_tokenizer(Path(a.artifact))
     if a.prompt is not None:
         if tokenizer is None:
             raise TokenizerError(f"{a.artifact} has no tokenizer.json (its checkpoint had none): use --prompt-ids")
         ids = tokenizer.encode(a.prompt)
+        if not ids:
+            raise ArgumentError(f"--prompt {a.prompt[:40]!r} encodes to no tokens")
     else:
-        ids = _parse_ids(a.prompt_ids)
+        ids = parse_ids(a.prompt_ids, session.vocab_size)
     new = session.generate(
         ids, max_new_tokens=a.max_new_tokens, temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed
     )
@@ -83,10 +166,13 @@ def cmd_generate(a) -> int:
 
 
 def cmd_inspect(a) -> int:
-    from day0.runtime.artifact import read_manifest
+    from day0.runtime.artifact import ArtifactError, read_manifest
     from day0.tools.artifact_summary import summary_json, summary_text
 
-    m = read_manifest(Path(a.artifact), verify=not a.no_verify)
+    try:
+        m = read_manifest(Path(a.artifact), verify=not a.no_verify, checkpoint_dir=a.checkpoint_dir)
+    except ArtifactError as e:
+        raise ArtifactError(_moved_hint(e, a)) from None
     print(json.dumps(summary_json(m), indent=2) if a.json else summary_text(Path(a.artifact), m))
     return 0
 
@@ -121,8 +207,14 @@ def cmd_quantize(a) -> int:
     return 0
 
 
+_CHECKPOINT_DIR_HELP = (
+    "the checkpoint's directory, when it is no longer where it was compiled from (its shards are "
+    "checked against the sizes and hashes recorded at compile time)"
+)
+
+
 def parser() -> argparse.ArgumentParser:
-    from day0.lowering.driver import DEFAULT_MAX_SEQ_LEN
+    from day0.lowering.driver import DEFAULT_MAX_SEQ_LEN, MAX_MAX_SEQ_LEN, MIN_MAX_SEQ_LEN
     from day0.lowering.targets import TARGETS
     from day0.models.base import CACHE_DTYPES
 
@@ -142,7 +234,12 @@ def parser() -> argparse.ArgumentParser:
         choices=list(TARGETS),
         help="; ".join(f"{t.name}: {t.description}" for t in TARGETS.values()),
     )
-    c.add_argument("--max-seq-len", type=int, default=DEFAULT_MAX_SEQ_LEN)
+    c.add_argument(
+        "--max-seq-len",
+        type=int,
+        default=DEFAULT_MAX_SEQ_LEN,
+        help=f"longest sequence (prompt + generated) the artifact serves, {MIN_MAX_SEQ_LEN}..{MAX_MAX_SEQ_LEN}",
+    )
     c.add_argument("--dump-stages", action="store_true", help="write the IR after each stage to OUTPUT/stages/")
     c.add_argument(
         "--prefill-chunk",
@@ -166,23 +263,25 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("artifact")
     src = g.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt")
-    src.add_argument("--prompt-ids")
+    src.add_argument("--prompt-ids", help="token ids separated by commas or spaces, e.g. 1,2,3")
     g.add_argument("--max-new-tokens", type=int, default=32)
     g.add_argument("--temperature", type=float, default=0.0)
     g.add_argument("--top-k", type=int, default=0)
     g.add_argument("--top-p", type=float, default=1.0)
-    g.add_argument("--seed", type=int, default=None)
+    g.add_argument("--seed", type=int, default=None, help="sampling seed (>= 0); default: from the OS")
     g.add_argument(
         "--device",
         default=None,
         help="runtime device (local-task, local-sync, cuda); default: the artifact's (its target's first)",
     )
+    g.add_argument("--checkpoint-dir", default=None, help=_CHECKPOINT_DIR_HELP)
     g.set_defaults(run=cmd_generate)
 
     i = sub.add_parser("inspect", help="describe an artifact: model, parameters, target, entry points, state")
     i.add_argument("artifact")
     i.add_argument("--no-verify", action="store_true", help="skip the hash checks")
     i.add_argument("--json", action="store_true", help="print the summary as JSON")
+    i.add_argument("--checkpoint-dir", default=None, help=_CHECKPOINT_DIR_HELP)
     i.set_defaults(run=cmd_inspect)
 
     q = sub.add_parser("quantize", help="write a copy of a checkpoint with its routed experts in MXFP4")
@@ -214,13 +313,50 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def _terminate(signum, frame):
+    signal.signal(signum, signal.SIG_DFL)  # a second one ends the process at once
+    raise Terminated(signum)
+
+
+def _silence_broken_pipe() -> None:
+    """stdout/stderr went to a reader that has gone: point them at /dev/null, so that neither the
+    rest of the output nor the interpreter's final flush raises again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(devnull, stream.fileno())
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    handled = [s for s in (signal.SIGTERM, signal.SIGHUP) if signal.getsignal(s) == signal.SIG_DFL]
     try:
-        return args.run(args)
-    except _user_errors() as e:
-        print(f"day0: error: {e}", file=sys.stderr)
-        return 2
+        for s in handled:
+            signal.signal(s, _terminate)
+    except ValueError:  # not the main thread (main() called from a library): leave signals alone
+        handled = []
+    try:
+        try:
+            rc = args.run(args)
+            sys.stdout.flush()
+            return rc
+        except _user_errors() as e:
+            if isinstance(e, BrokenPipeError):
+                raise
+            print(f"day0: error: {_message(e)}", file=sys.stderr)
+            return 2
+        except Terminated as e:
+            print(f"day0: stopped by {signal.Signals(e.signum).name}", file=sys.stderr)
+            return 128 + e.signum
+        except KeyboardInterrupt:
+            print("day0: interrupted", file=sys.stderr)
+            return 128 + signal.SIGINT
+    except BrokenPipeError:
+        _silence_broken_pipe()
+        return 128 + signal.SIGPIPE
+    finally:
+        for s in handled:
+            signal.signal(s, signal.SIG_DFL)
 
 
 if __name__ == "__main__":

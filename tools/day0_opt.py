@@ -12,6 +12,7 @@ substring of the message), no other error may be; exit code 0 iff all match.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -148,12 +149,12 @@ def main(argv: list[str] | None = None) -> int:
     except PipelineError as e:
         print(f"day0-opt: {e}", file=sys.stderr)
         return 2
-    if args.input == "-":
-        text, filename = sys.stdin.read(), "<stdin>"
-    else:
-        with open(args.input) as f:
-            text = f.read()
-        filename = args.input
+    filename = "<stdin>" if args.input == "-" else args.input
+    try:
+        text = read_input(args.input)
+    except InputError as e:
+        print(f"day0-opt: {e}", file=sys.stderr)
+        return 2
 
     outputs, failed = [], False
     for _, chunk in split_chunks(text, args.split_input_file):
@@ -171,12 +172,46 @@ def main(argv: list[str] | None = None) -> int:
             failed |= bool(diags)
 
     result = "// -----\n".join(outputs)
-    if args.output == "-":
-        sys.stdout.write(result)
-    else:
-        with open(args.output, "w") as f:
-            f.write(result)
+    try:
+        if args.output == "-":
+            sys.stdout.write(result)
+            sys.stdout.flush()
+        else:
+            with open(args.output, "w") as f:
+                f.write(result)
+    except BrokenPipeError:  # `day0-opt F | head`: the reader has gone
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1 if failed else 0
+    except OSError as e:
+        print(f"day0-opt: cannot write {args.output}: {e.strerror}", file=sys.stderr)
+        return 2
     return 1 if failed else 0
+
+
+class InputError(ValueError):
+    pass
+
+
+def read_input(path: str) -> str:
+    """The text of `path` ('-': stdin): UTF-8 MLIR, or an InputError naming the file in one line."""
+    name = "<stdin>" if path == "-" else path
+    try:
+        if path == "-":
+            data = sys.stdin.buffer.read()
+        else:
+            with open(path, "rb") as f:
+                data = f.read()
+    except OSError as e:
+        raise InputError(f"cannot read {name}: {e.strerror}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(
+            f"{name} is not UTF-8 text (byte 0x{data[e.start]:02X} at offset {e.start}): not an MLIR file"
+        ) from None
+    if "\0" in text:
+        raise InputError(f"{name} holds a NUL byte (offset {text.index(chr(0))}): not an MLIR file")
+    return text
 
 
 if __name__ == "__main__":
