@@ -337,25 +337,24 @@ def _exchange(a: Path, b: Path) -> bool:
 
 
 def publish_replacing(tmp: Path, out_dir: Path, manifest):
-    """`publish(tmp, ready, manifest)` (runtime/artifact.py: the manifest written last, tmp renamed
-    to `ready`), then `ready` put in out_dir's place, under output_lock; returns the manifest. An
-    existing out_dir is checked again (check_output) and swapped out atomically, then removed."""
-    from day0.runtime.artifact import publish
+    """Seal the built directory `tmp` (runtime/artifact.py `seal`: the manifest written last) and
+    put it in out_dir's place, under output_lock; returns the manifest. An existing out_dir is
+    checked again (check_output), swapped out atomically, then removed."""
+    from day0.runtime.artifact import seal
 
     out_dir = Path(out_dir)
-    ready = out_dir.parent / f".{out_dir.name}.ready-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     old = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     with output_lock(out_dir):
         check_output(out_dir)  # the output may have changed while we compiled
-        manifest = publish(tmp, ready, manifest)
+        manifest = seal(tmp, manifest)
         try:
             if not out_dir.exists():
-                os.rename(ready, out_dir)
-            elif not _exchange(ready, out_dir):  # two renames: out_dir is briefly absent
+                os.rename(tmp, out_dir)
+            elif not _exchange(tmp, out_dir):  # two renames: out_dir is briefly absent
                 os.rename(out_dir, old)
-                os.rename(ready, out_dir)
+                os.rename(tmp, out_dir)
         finally:
-            shutil.rmtree(ready, ignore_errors=True)  # the replaced artifact, or ours on failure
+            shutil.rmtree(tmp, ignore_errors=True)  # the replaced artifact after a swap, or ours on failure
             shutil.rmtree(old, ignore_errors=True)
     return manifest
 

@@ -96,14 +96,11 @@ def _read_json(path: Path, what: str):
         data = path.read_bytes()
     except OSError as e:
         raise CheckpointError(f"cannot read {what} {path}: {e.strerror or e}") from None
+    problem = files.utf8_problem(data)
+    if problem:
+        raise CheckpointError(f"{what} {path} {problem}; JSON files are UTF-8")
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise CheckpointError(
-            f"{what} {path} is not UTF-8 text (byte 0x{data[e.start]:02X} at offset {e.start}); JSON files are UTF-8"
-        ) from None
-    try:
-        return json.loads(text)
+        return json.loads(data.decode("utf-8"))
     except json.JSONDecodeError as e:
         raise CheckpointError(f"{what} {path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
     except (ValueError, RecursionError) as e:  # an integer of > 4300 digits, nesting too deep

@@ -15,15 +15,13 @@ written by a day0 with another format is refused by name, never half-read.
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 from dataclasses import MISSING, asdict, dataclass, fields, is_dataclass, replace
 from pathlib import Path
 from types import UnionType
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
-from day0.runtime.files import FileRecordError, sha256_bytes, sha256_file, verify_file_records
+from day0.runtime.files import FileRecordError, MissingFileError, sha256_bytes, sha256_file, verify_file_records
 
 MANIFEST = "manifest.json"
 VMFB = "model.vmfb"
@@ -33,6 +31,14 @@ FORMAT_VERSION = 2
 
 class ArtifactError(ValueError):
     pass
+
+
+class WeightsError(ArtifactError):
+    """The checkpoint files an artifact reads are missing (`missing`) or changed since compile."""
+
+    def __init__(self, message: str, missing: bool):
+        super().__init__(message)
+        self.missing = missing
 
 
 # the greedy next token an entry point returns when its last logits row is not all finite
@@ -226,31 +232,13 @@ def _type_name(hint) -> str:
     return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
 
 
-def staging_dir(out_dir: Path) -> Path:
-    """A fresh hidden sibling of out_dir to build the artifact in."""
-    out_dir = Path(out_dir).resolve()
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.parent / f".{out_dir.name}.partial-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    return tmp
-
-
-def publish(tmp: Path, out_dir: Path, manifest: Manifest) -> Manifest:
-    """Write the manifest (vmfb record included) last, then move tmp to out_dir; returns it."""
-    vmfb = tmp / VMFB
+def seal(artifact_dir: Path, manifest: Manifest) -> Manifest:
+    """Complete a built artifact directory: record its vmfb (size, sha256) in the manifest and
+    write the manifest, the file that makes the directory an artifact, last; returns it. Putting
+    the directory in place is the compile driver's (lowering/driver.py, publish_replacing)."""
+    vmfb = Path(artifact_dir) / VMFB
     manifest = replace(manifest, vmfb=FileRecord(VMFB, vmfb.stat().st_size, sha256_file(vmfb)))
-    (tmp / MANIFEST).write_text(json.dumps(manifest.to_json(), indent=2))
-    out_dir = Path(out_dir).resolve()
-    if out_dir.exists():
-        if not (out_dir / MANIFEST).exists() and any(out_dir.iterdir()):
-            raise ArtifactError(f"{out_dir} exists and is not a day0 artifact; refusing to replace it")
-        old = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}"
-        out_dir.rename(old)
-        tmp.rename(out_dir)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        tmp.rename(out_dir)
+    (Path(artifact_dir) / MANIFEST).write_text(json.dumps(manifest.to_json(), indent=2))
     return manifest
 
 
@@ -281,9 +269,12 @@ def read_manifest(artifact_dir: Path, verify: bool = True, checkpoint_dir=None) 
         )
     try:  # without verify, still every file present with its recorded size (no data read)
         verify_file_records([asdict(manifest.vmfb)], artifact_dir, hashes=verify)
-        verify_file_records([asdict(f) for f in manifest.parameters.files], manifest.parameters.base_dir, hashes=verify)
     except FileRecordError as e:
         raise ArtifactError(f"artifact {artifact_dir}: {e}") from None
+    try:
+        verify_file_records([asdict(f) for f in manifest.parameters.files], manifest.parameters.base_dir, hashes=verify)
+    except FileRecordError as e:
+        raise WeightsError(f"artifact {artifact_dir}: {e}", isinstance(e, MissingFileError)) from None
     return manifest
 
 

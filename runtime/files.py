@@ -13,6 +13,19 @@ class FileRecordError(ValueError):
     pass
 
 
+class MissingFileError(FileRecordError):
+    """A recorded file is not there at all (as opposed to changed)."""
+
+
+def utf8_problem(data: bytes) -> str | None:
+    """Why `data` is not UTF-8 text, naming the first bad byte and its offset; None if it is."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return f"is not UTF-8 text (byte 0x{data[e.start]:02X} at offset {e.start})"
+    return None
+
+
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -47,7 +60,7 @@ def verify_file_records(records: Iterable[dict], base_dir: str | Path, hashes: b
                 raise FileRecordError(f"file record {i} lacks field '{field}': {r!r}")
         p = base / r["path"]  # an absolute r["path"] replaces base
         if not p.is_file():
-            raise FileRecordError(f"weight file {p} is missing (recorded at compile time)")
+            raise MissingFileError(f"weight file {p} is missing (recorded at compile time)")
         if p.stat().st_size != r["size"]:
             raise FileRecordError(
                 f"weight file {p} changed after compile: size is {p.stat().st_size}, recorded {r['size']}"

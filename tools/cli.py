@@ -118,25 +118,22 @@ def _check_generate_args(a) -> None:
 
 def _load_session(a):
     """Session.load, whose missing-weights error says how to point at a moved checkpoint."""
-    from day0.runtime.artifact import ArtifactError
+    from day0.runtime.artifact import ArtifactError, WeightsError
     from day0.runtime.session import Session
 
     try:
         return Session.load(Path(a.artifact), device=a.device, checkpoint_dir=a.checkpoint_dir)
-    except ArtifactError as e:
+    except WeightsError as e:
         raise ArtifactError(_moved_hint(e, a)) from None
 
 
-def _moved_hint(e: Exception, a) -> str:
-    """The artifact error, with where the weights were looked for or how to say where they are."""
-    msg = str(e)
-    if "weight file" not in msg:
-        return msg
+def _moved_hint(e, a) -> str:
+    """A WeightsError's message, with where the weights were looked for or how to say where they are."""
     if a.checkpoint_dir is not None:
-        return f"{msg} (looked in --checkpoint-dir {a.checkpoint_dir})"
-    if "is missing" in msg:
-        return f"{msg} (if the checkpoint moved, pass its directory with --checkpoint-dir)"
-    return msg
+        return f"{e} (looked in --checkpoint-dir {a.checkpoint_dir})"
+    if e.missing:
+        return f"{e} (if the checkpoint moved, pass its directory with --checkpoint-dir)"
+    return str(e)
 
 
 def cmd_generate(a) -> int:
@@ -166,12 +163,12 @@ def cmd_generate(a) -> int:
 
 
 def cmd_inspect(a) -> int:
-    from day0.runtime.artifact import ArtifactError, read_manifest
+    from day0.runtime.artifact import ArtifactError, WeightsError, read_manifest
     from day0.tools.artifact_summary import summary_json, summary_text
 
     try:
         m = read_manifest(Path(a.artifact), verify=not a.no_verify, checkpoint_dir=a.checkpoint_dir)
-    except ArtifactError as e:
+    except WeightsError as e:
         raise ArtifactError(_moved_hint(e, a)) from None
     print(json.dumps(summary_json(m), indent=2) if a.json else summary_text(Path(a.artifact), m))
     return 0

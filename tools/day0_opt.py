@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from day0.frontend.ir import ir, new_context
 from day0.passes.base import Diagnostic, PassError, PipelineError, file_position
 from day0.passes.pipeline import parse_pipeline, run_pipeline
+from day0.runtime.files import utf8_problem
 
 SPLIT_MARKER = re.compile(r"^// -----\s*$", re.MULTILINE)
 EXPECTED = re.compile(r"expected-(error|warning|note|remark)\s*(?:@(above|below|[+-]\d+))?\s*\{\{(.*?)\}\}")
@@ -203,12 +204,10 @@ def read_input(path: str) -> str:
                 data = f.read()
     except OSError as e:
         raise InputError(f"cannot read {name}: {e.strerror}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InputError(
-            f"{name} is not UTF-8 text (byte 0x{data[e.start]:02X} at offset {e.start}): not an MLIR file"
-        ) from None
+    problem = utf8_problem(data)
+    if problem:
+        raise InputError(f"{name} {problem}: not an MLIR file")
+    text = data.decode("utf-8")
     if "\0" in text:
         raise InputError(f"{name} holds a NUL byte (offset {text.index(chr(0))}): not an MLIR file")
     return text
