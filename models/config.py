@@ -2,6 +2,7 @@
 
 import json
 import math
+from dataclasses import dataclass
 
 
 class ConfigError(ValueError):
@@ -95,7 +96,7 @@ _KINDS = {
     ),
 }
 
-_ROPE = {
+ROPE_FIELDS = {
     "rope_theta": ">0",
     "factor": ">0",
     "original_max_position_embeddings": "int>=1",
@@ -107,7 +108,7 @@ _ROPE = {
     "low_freq_factor": ">0",
     "high_freq_factor": ">0",
 }
-_COMMON = {
+COMMON_FIELDS = {
     "vocab_size": "int>=1",
     "hidden_size": "int>=1",
     "intermediate_size": "int>=1",
@@ -117,12 +118,12 @@ _COMMON = {
     "max_position_embeddings": "int>=1",
     "rms_norm_eps": ">0",
     "rope_theta": ">0",
-    "rope_parameters": _ROPE,
-    "rope_scaling": _ROPE,
+    "rope_parameters": ROPE_FIELDS,
+    "rope_scaling": ROPE_FIELDS,
     "eos_token_id": "token",
 }
 # multi-head latent attention (head_dim: transformers sets it to qk_rope_head_dim, 0 when NoPE)
-_MLA = {
+MLA_FIELDS = {
     "kv_lora_rank": "int>=1",
     "q_lora_rank": "null|int>=1",
     "qk_nope_head_dim": "int>=1",
@@ -131,7 +132,7 @@ _MLA = {
     "head_dim": "null|int>=0",
 }
 # DeepSeek's MoE (kimi_linear's config names some of these differently; both names are listed)
-_MOE = {
+MOE_FIELDS = {
     "moe_intermediate_size": "int>=1",
     "n_routed_experts": "int>=1",
     "num_experts_per_tok": "int>=1",
@@ -141,63 +142,26 @@ _MOE = {
     "first_k_dense_replace": "int>=0",
     "routed_scaling_factor": ">0",
 }
-_DSA = {"index_n_heads": "int>=1", "index_head_dim": "int>=1", "index_topk": "int>=1"}
-_KDA_SUB = {"head_dim": "int>=1", "num_heads": "int>=1", "short_conv_kernel_size": "int>=1"}
-_KDA = {
+DSA_FIELDS = {"index_n_heads": "int>=1", "index_head_dim": "int>=1", "index_topk": "int>=1"}
+KDA_SUB_FIELDS = {"head_dim": "int>=1", "num_heads": "int>=1", "short_conv_kernel_size": "int>=1"}
+KDA_FIELDS = {
     "linear_head_dim": "int>=1",
     "linear_num_heads": "int>=1",
     "linear_conv_kernel_dim": "int>=1",
-    "linear_attn_config": _KDA_SUB,
+    "linear_attn_config": KDA_SUB_FIELDS,
 }
 
-# model_type -> (the key holding the text model's fields when it is an object, or None; fields)
-NUMBER_FIELDS: dict[str, tuple[str | None, dict]] = {
-    "deepseek_v32": (None, {**_COMMON, **_MLA, **_MOE, **_DSA}),
-    "gpt_oss": (
-        None,
-        {
-            **_COMMON,
-            "head_dim": "null|int>=1",
-            "num_local_experts": "int>=1",
-            "num_experts_per_tok": "int>=1",
-            "sliding_window": "null|int>=1",
-            "swiglu_alpha": ">0",
-            "swiglu_limit": ">0",
-        },
-    ),
-    "kimi_linear": (
-        None,
-        {
-            **_COMMON,
-            **_MLA,
-            **_MOE,
-            **_KDA,
-            "model_max_length": "int>=1",
-            "num_experts": "int>=1",
-            "num_local_experts": "int>=1",
-            "num_experts_per_token": "int>=1",
-            "num_expert_group": "int>=1",
-            "num_shared_experts": "int>=0",
-        },
-    ),
-    "glm5_next": (
-        "text_config",
-        {
-            **_COMMON,
-            **_MLA,
-            **_MOE,
-            **_DSA,
-            **_KDA,
-            "linear_attn_config": {**_KDA_SUB, "gate_lower_bound": "null|finite"},
-            "index_kpool": "int>=1",
-            "swiglu_limit": ">0",
-            "linear_lower_bound": "null|finite",
-            "hc_mult": "int>=1",
-            "hc_eps": ">0",
-            "hc_sinkhorn_iters": "int>=1",
-        },
-    ),
-}
+
+@dataclass(frozen=True)
+class NumberFields:
+    """The numbers an architecture reads from config.json (its module's NUMBER_FIELDS): field ->
+    kind (a key of _KINDS) or a dict for a nested object. `root_key`: the key holding the text
+    model's fields when it is an object (glm5_next's text_config); `own`: fields its parse_config
+    checks itself on the raw dict, naming them its way (they are still checked after parsing)."""
+
+    fields: dict
+    root_key: str | None = None
+    own: tuple[str, ...] = ()
 
 
 def _shown(v) -> str:
@@ -237,21 +201,12 @@ def _get_attr(cfg, name: str):
         return (False, None)
 
 
-# fields the architecture's parse_config checks itself before anything uses them, naming them its
-# way (without the text_config prefix): left to it on the raw dict, checked here after it
-CHECKED_BY_ARCHITECTURE = {"glm5_next": ("index_kpool", "hc_mult", "hc_sinkhorn_iters")}
-
-
-def require_numbers(raw: dict) -> None:
-    """The numbers of a config.json dict (its model_type's NUMBER_FIELDS) are in range: sizes and
-    counts integers >= 1 (>= 0 where 0 means none), epsilons, rope thetas and scales finite and > 0.
-    A ConfigError names the first bad field by its path in config.json."""
-    model_type = raw.get("model_type")
-    root_key, fields = NUMBER_FIELDS.get(model_type, (None, None))
-    if fields is None:
-        return
-    skip = CHECKED_BY_ARCHITECTURE.get(model_type, ())
-    fields = {k: v for k, v in fields.items() if k not in skip}
+def require_numbers(raw: dict, spec: NumberFields) -> None:
+    """The numbers of a config.json dict (`spec`: its architecture's NUMBER_FIELDS) are in range:
+    sizes and counts integers >= 1 (>= 0 where 0 means none), epsilons, rope thetas and scales
+    finite and > 0. A ConfigError names the first bad field by its path in config.json."""
+    root_key = spec.root_key
+    fields = {k: v for k, v in spec.fields.items() if k not in spec.own}
     root, prefix = raw, ""
     if root_key is not None and raw.get(root_key) is not None:
         require(isinstance(raw[root_key], dict), root_key, f"must be a JSON object (got {_shown(raw[root_key])})")
@@ -259,12 +214,10 @@ def require_numbers(raw: dict) -> None:
     _check_fields(root, fields, prefix, _get_key)
 
 
-def require_parsed_numbers(raw: dict, cfg) -> None:
+def require_parsed_numbers(raw: dict, cfg, spec: NumberFields) -> None:
     """require_numbers on the parsed config's attributes (transformers' defaults and derived values:
     a head_dim computed as hidden_size // num_attention_heads, say); nested objects are checked by
     require_numbers only."""
-    root_key, fields = NUMBER_FIELDS.get(raw.get("model_type"), (None, None))
-    if fields is None:
-        return
+    root_key, fields = spec.root_key, spec.fields
     prefix = root_key + "." if root_key is not None and isinstance(raw.get(root_key), dict) else ""
     _check_fields(cfg, {k: v for k, v in fields.items() if not isinstance(v, dict)}, prefix, _get_attr)

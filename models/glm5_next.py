@@ -23,7 +23,19 @@ from torch import Tensor, nn
 
 from day0.frontend import ops  # noqa: F401  (registers torch.ops.day0.*)
 from day0.models.base import Backbone, CausalLM
-from day0.models.config import require, require_group_routing, require_layer_kinds, transformers_config
+from day0.models.config import (
+    COMMON_FIELDS,
+    DSA_FIELDS,
+    KDA_FIELDS,
+    KDA_SUB_FIELDS,
+    MLA_FIELDS,
+    MOE_FIELDS,
+    NumberFields,
+    require,
+    require_group_routing,
+    require_layer_kinds,
+    transformers_config,
+)
 from day0.models.kda import KdaAttention, require_kda_sizes
 from day0.models.kpool_indexer import KPoolIndexer
 from day0.models.layers import MLP, RMSNorm
@@ -33,6 +45,25 @@ from day0.models.moe import MoE
 from day0.runtime.artifact import StateTensor
 
 MODEL_TYPE = "glm5_next"
+# every number this architecture reads from config.json, checked before the model is built
+NUMBER_FIELDS = NumberFields(
+    {
+        **COMMON_FIELDS,
+        **MLA_FIELDS,
+        **MOE_FIELDS,
+        **DSA_FIELDS,
+        **KDA_FIELDS,
+        "linear_attn_config": {**KDA_SUB_FIELDS, "gate_lower_bound": "null|finite"},
+        "index_kpool": "int>=1",
+        "swiglu_limit": ">0",
+        "linear_lower_bound": "null|finite",
+        "hc_mult": "int>=1",
+        "hc_eps": ">0",
+        "hc_sinkhorn_iters": "int>=1",
+    },
+    root_key="text_config",
+    own=("index_kpool", "hc_mult", "hc_sinkhorn_iters"),  # parse_config names them without text_config.
+)
 LAYER_TYPES = ("linear_attention", "indexed_attention", "full_attention")  # full_attention = indexed
 INDEXER_TYPES = ("full", "shared")
 MLP_TYPES = ("dense", "sparse")

@@ -18,11 +18,23 @@ from torch import Tensor, nn
 import day0.frontend.ops  # noqa: F401  (registers torch.ops.day0.*)
 from day0.models.attention import SinkAttention
 from day0.models.base import Backbone, CausalLM
-from day0.models.config import require, require_static_rope, transformers_config
+from day0.models.config import COMMON_FIELDS, NumberFields, require, require_static_rope, transformers_config
 from day0.models.layers import RMSNorm
 from day0.runtime.artifact import StateTensor
 
 MODEL_TYPE = "gpt_oss"
+# every number this architecture reads from config.json, checked before the model is built
+NUMBER_FIELDS = NumberFields(
+    {
+        **COMMON_FIELDS,
+        "head_dim": "null|int>=1",
+        "num_local_experts": "int>=1",
+        "num_experts_per_tok": "int>=1",
+        "sliding_window": "null|int>=1",
+        "swiglu_alpha": ">0",
+        "swiglu_limit": ">0",
+    }
+)
 LAYER_TYPES = ("sliding_attention", "full_attention")
 QUANT_METHODS = ("mxfp4",)
 MXFP4_BLOCK = 32

@@ -24,7 +24,18 @@ import torch
 from torch import Tensor, nn
 
 from day0.models.base import Backbone, CausalLM
-from day0.models.config import ConfigError, require, require_group_routing, require_layer_kinds, transformers_config
+from day0.models.config import (
+    COMMON_FIELDS,
+    KDA_FIELDS,
+    MLA_FIELDS,
+    MOE_FIELDS,
+    ConfigError,
+    NumberFields,
+    require,
+    require_group_routing,
+    require_layer_kinds,
+    transformers_config,
+)
 from day0.models.kda import KdaAttention, require_kda_sizes
 from day0.models.layers import MLP, RMSNorm
 from day0.models.mla import NopeMLA
@@ -32,6 +43,21 @@ from day0.models.moe import Experts, MoE, Mxfp4Expert, Mxfp4Experts, Router
 from day0.runtime.artifact import StateTensor
 
 MODEL_TYPE = "kimi_linear"
+# every number this architecture reads from config.json, checked before the model is built
+NUMBER_FIELDS = NumberFields(
+    {
+        **COMMON_FIELDS,
+        **MLA_FIELDS,
+        **MOE_FIELDS,
+        **KDA_FIELDS,
+        "model_max_length": "int>=1",
+        "num_experts": "int>=1",
+        "num_local_experts": "int>=1",
+        "num_experts_per_token": "int>=1",
+        "num_expert_group": "int>=1",
+        "num_shared_experts": "int>=0",
+    }
+)
 LAYER_TYPES = ("linear_attention", "full_attention")
 MLP_TYPES = ("dense", "sparse")
 

@@ -1,5 +1,6 @@
-"""model_type -> architecture. An architecture module provides MODEL_TYPE, parse_config(raw) and a
-model class (a models.base.CausalLM) with `empty(cfg, max_seq_len, dtypes, cache_dtype)`, `state_specs()`,
+"""model_type -> architecture. An architecture module provides MODEL_TYPE, NUMBER_FIELDS (a
+models.config.NumberFields: the config numbers it reads), parse_config(raw) and a model class (a
+models.base.CausalLM) with `empty(cfg, max_seq_len, dtypes, cache_dtype)`, `state_specs()`,
 `empty_state()`, `step()`."""
 
 from day0.models import deepseek_v32, glm5_next, gpt_oss, kimi_linear
@@ -15,7 +16,7 @@ ARCHITECTURES = {
 
 def architecture(raw_config: dict):
     """(parsed config, model class) for a config.json dict, or a ConfigError naming model_type or
-    the first field whose value is out of range (models/config.py NUMBER_FIELDS), before any model
+    the first field whose value is out of range (the architecture's NUMBER_FIELDS), before any model
     is built."""
     if not isinstance(raw_config, dict):
         raise ConfigError(f"config.json: must be a JSON object (got a JSON {type(raw_config).__name__})")
@@ -26,9 +27,9 @@ def architecture(raw_config: dict):
             f"(supported: {', '.join(sorted(ARCHITECTURES))})"
         )
     module, model_cls = ARCHITECTURES[model_type]
-    require_numbers(raw_config)
+    require_numbers(raw_config, module.NUMBER_FIELDS)
     cfg = module.parse_config(raw_config)
-    require_parsed_numbers(raw_config, cfg)
+    require_parsed_numbers(raw_config, cfg, module.NUMBER_FIELDS)
     return cfg, model_cls
 
 
