@@ -15,13 +15,25 @@ import torch
 from torch import Tensor, nn
 
 from day0.models.base import Backbone, CausalLM
-from day0.models.config import require, require_static_rope, transformers_config
+from day0.models.config import (
+    COMMON_FIELDS,
+    DSA_FIELDS,
+    MLA_FIELDS,
+    MOE_FIELDS,
+    NumberFields,
+    require,
+    require_static_rope,
+    transformers_config,
+)
 from day0.models.layers import MLP, RMSNorm
 from day0.models.mla import SparseMLA
 from day0.models.moe import MoE
+from day0.models.paging import CacheView, dense_view, paged_view
 from day0.runtime.artifact import StateTensor
 
 MODEL_TYPE = "deepseek_v32"
+# every number this architecture reads from config.json, checked before the model is built
+NUMBER_FIELDS = NumberFields({**COMMON_FIELDS, **MLA_FIELDS, **MOE_FIELDS, **DSA_FIELDS})
 
 
 def parse_config(raw: dict):
@@ -80,10 +92,8 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, h, positions, cos, sin, visible, kv_cache, index_cache, k):
-        a, kv_cache, index_cache = self.self_attn(
-            self.input_layernorm(h), positions, cos, sin, visible, kv_cache, index_cache, k
-        )
+    def forward(self, h, view, cos, sin, kv_cache, index_cache, k):
+        a, kv_cache, index_cache = self.self_attn(self.input_layernorm(h), view, cos, sin, kv_cache, index_cache, k)
         h = h + a
         return h + self.mlp(self.post_attention_layernorm(h)), kv_cache, index_cache
 
@@ -128,16 +138,29 @@ class DeepseekV32(CausalLM):
         first_turn: the caller guarantees start == 0, so only the first S cache rows can be
         visible and the indexer scores S columns instead of max_seq_len (the dominant prefill
         cost: docs/perf.md)."""
+        positions = start + torch.arange(ids.shape[0], dtype=torch.int64)  # [S]
+        rope = self.rope_at(positions)
+        keys = ids.shape[0] if first_turn else self.max_seq_len  # L, the key range
+        return self._run(ids, rope, dense_view(positions, keys), state)
+
+    def step_paged(
+        self, ids: Tensor, positions: Tensor, tables: Tensor, *pools: Tensor, block: int
+    ) -> tuple[Tensor, ...]:
+        """Run ids [S] at `positions` [S] over paged pools (the caches of state_specs with NB·block
+        rows each, NB chosen by the caller) through block tables [G, nb] (G = 1: the tokens of one
+        sequence; G = S: token s is its own sequence's, a batched decode step; models/paging.py).
+        Returns (logits [S, V], *pools)."""
+        rope = self.rope_at(positions)
+        return self._run(ids, rope, paged_view(positions, tables, block), pools)
+
+    def _run(self, ids: Tensor, rope: tuple[Tensor, Tensor], view: CacheView, state) -> tuple[Tensor, ...]:
         n = self.cfg.num_hidden_layers
         kv_caches, index_caches = list(state[:n]), list(state[n:])
-        positions = start + torch.arange(ids.shape[0], dtype=torch.int64)  # [S]
-        cos, sin = self.rope_at(positions)
-        keys = ids.shape[0] if first_turn else self.max_seq_len  # L, the key range
-        visible = torch.arange(keys, dtype=torch.int64)[None, :] <= positions[:, None]  # [S, L]
+        cos, sin = rope
         h = self.model.embed_tokens.weight.index_select(0, ids).float()  # [S, hidden]
         for i, layer in enumerate(self.model.layers):
             h, kv_caches[i], index_caches[i] = layer(
-                h, positions, cos, sin, visible, kv_caches[i], index_caches[i], self.selection_width()
+                h, view, cos, sin, kv_caches[i], index_caches[i], self.selection_width()
             )
         h = self.model.norm(h)
         head = self.model.embed_tokens if self.lm_head is None else self.lm_head

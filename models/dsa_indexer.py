@@ -56,17 +56,22 @@ class Indexer(nn.Module):
     def select(
         self, x: Tensor, q_resid: Tensor, cos: Tensor, sin: Tensor, key_cache: Tensor, visible: Tensor, k: int
     ) -> Tensor:
-        """Selected positions [S, k] int64 (-1 = empty) for queries x [S, hidden].
+        """Selected slots [S, k] int64 (-1 = empty) of the key range for queries x [S, hidden].
 
-        key_cache: [L, d_I] with the new keys already written (L may be a prefix of the cache, the
-        visible range); visible: [S, L] bool; k: the static selection width (≤ index_topk).
+        key_cache: the key range's rows, new keys already written: [L, d_I] shared by every query,
+        or [S, L, d_I], one range per query (a batch of sequences: models/paging.py); visible:
+        [S, L] bool; k: the static selection width (≤ index_topk).
         """
         s = x.shape[0]
         q = linear(q_resid, self.wq_b).view(s, self.heads, self.head_dim)
         q = torch.cat([rotate_half_split(q[..., : self.rope_dim], cos, sin), q[..., self.rope_dim :]], -1)
         weights = linear(x, self.weights_proj) * self.heads**-0.5  # [S, H_I]
-        # Σ_h w_h · relu(q_h · k_t / sqrt(d_I)): [S, T]
-        index = ops.indexer_scores(q, key_cache, weights, self.head_dim**-0.5)
+        # Σ_h w_h · relu(q_h · k_t / sqrt(d_I)): [S, L]
+        if key_cache.dim() == 3:  # one key range per query: the op's reference form, batched
+            dots = torch.einsum("shd,sld->shl", q, key_cache.float()) * self.head_dim**-0.5
+            index = torch.einsum("sh,shl->sl", weights, torch.relu(dots))
+        else:
+            index = ops.indexer_scores(q, key_cache, weights, self.head_dim**-0.5)
         index = index.masked_fill(~visible, INVISIBLE)
         # k empty columns keep top-k defined when fewer than k keys are in range (a short first
         # prefill over its own L = S keys); they come back as -1 like any invisible slot.

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 import day0.frontend.ops  # noqa: F401  (registers torch.ops.day0.*)
 from day0.models.dsa_indexer import Indexer
 from day0.models.layers import RMSNorm, linear, rotate_interleaved, yarn_mscale
+from day0.models.paging import CacheView
 
 
 class SparseMLA(nn.Module):
@@ -40,16 +41,15 @@ class SparseMLA(nn.Module):
     def forward(
         self,
         x: Tensor,
-        positions: Tensor,
+        view: CacheView,
         cos: Tensor,
         sin: Tensor,
-        visible: Tensor,
         kv_cache: Tensor,
         index_cache: Tensor,
         k: int,
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """x [S, hidden] at `positions` [S]; caches [T, rank+rope], [T, d_I]; visible [S, L]: the
-        first L ≤ T cache rows are the key range; k: the indexer's static selection width.
+        """x [S, hidden]; caches [T, rank+rope], [T, d_I] addressed through `view` (dense, or a
+        paged pool: models/paging.py); k: the indexer's static selection width.
 
         Returns (out [S, hidden], kv_cache, index_cache) with the new rows written.
         """
@@ -62,11 +62,12 @@ class SparseMLA(nn.Module):
         latent = self.kv_a_layernorm(compressed[:, : self.rank])
         k_rope = rotate_interleaved(compressed[:, self.rank :], cos, sin)
         # caches may be bf16 (CausalLM.cache_dtype): rows are rounded once, when written
-        kv_cache = kv_cache.index_copy(0, positions, torch.cat([latent, k_rope], -1).to(kv_cache.dtype))
-        index_cache = index_cache.index_copy(0, positions, self.indexer.keys(x, cos, sin).to(index_cache.dtype))
+        kv_cache = kv_cache.index_copy(0, view.rows, torch.cat([latent, k_rope], -1).to(kv_cache.dtype))
+        index_cache = index_cache.index_copy(0, view.rows, self.indexer.keys(x, cos, sin).to(index_cache.dtype))
 
-        keys = visible.shape[1]  # L: only these rows can be selected
-        selected = self.indexer.select(x, q_resid, cos, sin, index_cache[:keys], visible, k)  # [S, k]
+        # slots of the key range, then the cache rows holding them
+        slots = self.indexer.select(x, q_resid, cos, sin, view.gather(index_cache), view.visible, k)  # [S, k]
+        selected = view.physical(slots)
 
         w_kv = self.kv_b_proj.weight.float().view(self.heads, self.nope + self.v, self.rank)
         q_latent = absorb_uk(q_nope, w_kv[:, : self.nope])

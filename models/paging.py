@@ -1,0 +1,78 @@
+"""How a step addresses its position-indexed caches: dense (one cache of max_seq_len rows per
+sequence) or paged (rows in fixed-size blocks of a pool shared by many sequences).
+
+A paged pool of NB blocks of P positions is a cache of NB·P rows: block b's i-th position is row
+b·P + i. A sequence's block table lists its blocks in order, so its position p lives in row
+table[p // P]·P + p % P. A step sees the key range of each query as L slots, slot j being the
+sequence's position j, and reaches their rows through `key_rows`:
+
+    dense:  key_rows None           slot j is cache row j (the first L rows; no gather)
+    paged:  key_rows [G, L]         slot j of group g is row key_rows[g, j]
+            G = 1: every query of the step belongs to one sequence (a prompt chunk)
+            G = S: query s is its own sequence's one new token (a batched decode step)
+
+Layers write the new tokens' rows at `rows`, gather keys through `gather`, choose slots (the
+indexer's top-k, a causal mask over `visible`) and turn chosen slots into cache rows with
+`physical`: the DSA attention op then reads the pool directly, whatever the layout. The pool's
+row count (the number of blocks) is the runtime's choice: nothing here depends on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class CacheView:
+    """rows [S]: the cache row of each new token; key_rows None or [G, L] (module docstring);
+    visible [S, L] bool: the slots each query may attend (its own sequence, causally)."""
+
+    rows: Tensor
+    key_rows: Tensor | None
+    visible: Tensor
+
+    @property
+    def keys(self) -> int:
+        """L, the slots of the key range."""
+        return self.visible.shape[1]
+
+    @property
+    def per_query(self) -> bool:
+        """Whether each query has its own key range (a batch of sequences, one token each)."""
+        return self.key_rows is not None and self.key_rows.shape[0] > 1
+
+    def gather(self, cache: Tensor) -> Tensor:
+        """The key range's rows of `cache` [T, width]: [L, width], or [S, L, width] per query."""
+        if self.key_rows is None:
+            return cache[: self.keys]
+        rows = cache.index_select(0, self.key_rows.reshape(-1)).view(*self.key_rows.shape, cache.shape[-1])
+        return rows if self.per_query else rows[0]
+
+    def physical(self, slots: Tensor) -> Tensor:
+        """Cache rows [S, K] of chosen slots [S, K] (-1, an empty slot, stays -1)."""
+        if self.key_rows is None:
+            return slots
+        rows = self.key_rows.expand(slots.shape[0], -1).gather(1, slots.clamp(min=0))
+        return torch.where(slots < 0, torch.full_like(rows, -1), rows)
+
+
+def dense_view(positions: Tensor, keys: int) -> CacheView:
+    """One sequence in a cache of its own: positions [S] are rows, the first `keys` rows the key range."""
+    visible = torch.arange(keys, dtype=torch.int64)[None, :] <= positions[:, None]
+    return CacheView(positions, None, visible)
+
+
+def paged_view(positions: Tensor, tables: Tensor, block: int) -> CacheView:
+    """positions [S] through block tables [G, nb] (G = 1: one sequence; G = S: one per query) of
+    blocks of `block` positions; the key range is the tables' nb·block slots. Table entries past a
+    sequence's last block may be any block: their slots are never visible."""
+    offsets = torch.arange(block, dtype=torch.int64)
+    key_rows = (tables.to(torch.int64)[:, :, None] * block + offsets).reshape(tables.shape[0], -1)  # [G, L]
+    group = tables.shape[0] == 1
+    owner = key_rows[0:1].expand(positions.shape[0], -1) if group else key_rows
+    rows = owner.gather(1, positions[:, None]).reshape(-1)  # slot `position` of the query's own range
+    visible = torch.arange(key_rows.shape[1], dtype=torch.int64)[None, :] <= positions[:, None]
+    return CacheView(rows, key_rows, visible)
