@@ -7,7 +7,8 @@ one kernel takes a split of the selected slots for a group of heads per CTA (row
 memory, online softmax in f32), and a second merges the splits (flash-decoding).
 
 Precondition: every dsa_attention keeps the op's contract (passes/sites/dsa_attention.py: q
-[S,H,D], kv [T,D], indices [S,K] integers, result [S,H,V] f32; H, D, T, K static), with q and kv
+[S,H,D], kv [T,D], indices [S,K] integers, result [S,H,V] f32; H, D, K static), T static (a
+dense cache; paged pools are not taken yet), with q and kv
 both f32 or both bf16, D <= 576 and V <= 1024 (the kernel's shared-memory and register layout).
 Rewrite:
     %o = torch.operator "torch.day0.dsa_attention"(%q, %kv, %idx, %scale, %vdim)
@@ -113,7 +114,9 @@ class DsaToCudaKernel(KernelCallPass):
     def refuse(site: DsaAttentionSite) -> str | None:
         """What the kernels cannot take (their dtypes and their shared-memory and register layout)."""
         problem = (
-            f"dtype {site.dtype} (the kernel takes f32 or bf16)"
+            "a dynamic cache size T (a paged pool: not supported by this kernel yet)"
+            if site.T is None
+            else f"dtype {site.dtype} (the kernel takes f32 or bf16)"
             if site.dtype not in kg.DSA_DTYPES
             else f"D={site.D} > {kg.DSA_MAX_D}"
             if site.D > kg.DSA_MAX_D

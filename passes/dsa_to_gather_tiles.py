@@ -7,7 +7,7 @@ the op's contract (passes/sites/dsa_attention.py):
          : (!torch.vtensor<[S,H,D],f>, !torch.vtensor<[T,D],f>, !torch.vtensor<[S,K],i>,
             !torch.float, !torch.int) -> !torch.vtensor<[S,H,V],f32>
 
-static H, D, T, K (S may be `?`), f (q and kv alike) f32, bf16 or f16, i si64 or si32, the result
+static H, D, K (S and T may be `?`: T is a paged pool's rows), f (q and kv alike) f32, bf16 or f16, i si64 or si32, the result
 f32 whatever f is. Afterwards no dsa_attention op is left: only aten ops that torch-mlir lowers, so
 `iree-compile --iree-input-type=torch` takes the result.
 
@@ -93,7 +93,11 @@ def _rewrite(site: DsaAttentionSite, tile: int, block: int = 0) -> Value:
     step = block or tile
     bounds = [(lo, min(lo + step, K)) for lo in range(0, K, step)]
     if block:  # the cache as aligned blocks [T/block, block, D]
-        blocks = b.op("torch.aten.view", [site.kv, b.ints([-1, block, D])], T(site.T // block, block, D, dtype=io))
+        blocks = b.op(
+            "torch.aten.view",
+            [site.kv, b.ints([-1, block, D])],
+            T(None if site.T is None else site.T // block, block, D, dtype=io),
+        )
     m = l = acc = None
     for lo, hi in bounds:
         tile = hi - lo

@@ -4,7 +4,8 @@
          : (!torch.vtensor<[S,H,D],f>, !torch.vtensor<[T,D],f>, !torch.vtensor<[S,K],i>,
             !torch.float, !torch.int) -> !torch.vtensor<[S,H,V],f32>
 
-with H, D, T, K static (the query count S may be `?`), f (q and kv alike) f32, bf16 or f16, i si64
+with H, D, K static (the query count S and the cache rows T may be `?`: a paged pool's size is
+chosen at load), f (q and kv alike) f32, bf16 or f16, i si64
 or si32, `%scale` from `torch.constant.float` and `%vdim` = V from `torch.constant.int`, 0 < V <= D
 (values are kv[:, :V]). The result is f32 whatever f is.
 """
@@ -34,7 +35,7 @@ class DsaAttentionSite:
     S: int | None
     H: int
     D: int
-    T: int
+    T: int | None
     K: int
     V: int
     scale: float
@@ -58,8 +59,8 @@ def dsa_attention_site(op: Operation) -> DsaAttentionSite:
     if out.dtype != "f32":
         raise Broken(f"result must be f32 (whatever the q/kv dtype), got {out.dtype}")
     (S, H, D), (T, Dk), (Si, K) = q.dims, kv.dims, idx.dims
-    if None in (H, D, T, Dk, K):
-        raise Broken("H, D, T and K must be static (only the query count S may be dynamic)")
+    if None in (H, D, Dk, K):
+        raise Broken("H, D and K must be static (only the query count S and the cache rows T may be dynamic)")
     if Dk != D:
         raise Broken(f"kv row size {Dk} differs from the query size {D}")
     if Si != S:

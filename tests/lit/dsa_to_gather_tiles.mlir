@@ -263,3 +263,16 @@ func.func @decode_bf16(%q: !torch.vtensor<[1,2,16],bf16>, %kv: !torch.vtensor<[3
 // CHECK: torch.aten.mm [[Q]], {{.*}} -> !torch.vtensor<[2,4],f32>
 // CHECK: [[OUT:%[0-9]+]] = torch.aten.view {{.*}} -> !torch.vtensor<[1,2,12],f32>
 // CHECK-NEXT: return [[OUT]] : !torch.vtensor<[1,2,12],f32>
+
+// A paged pool (models/paging.py): the cache's row count T is the pool's, chosen at load, so it is
+// dynamic; the indices are already pool rows (a batch of 3 sequences decoding one token each, every
+// row through its own block table). The gather reads the pool directly, as for a dense cache.
+func.func @paged_pool_batch(%q: !torch.vtensor<[3,2,16],f32>, %kv: !torch.vtensor<[?,16],f32>, %idx: !torch.vtensor<[3,4],si64>) -> !torch.vtensor<[3,2,16],f32> {
+  %scale = torch.constant.float 1.250000e-01
+  %vdim = torch.constant.int 16
+  %0 = torch.operator "torch.day0.dsa_attention"(%q, %kv, %idx, %scale, %vdim) : (!torch.vtensor<[3,2,16],f32>, !torch.vtensor<[?,16],f32>, !torch.vtensor<[3,4],si64>, !torch.float, !torch.int) -> !torch.vtensor<[3,2,16],f32>
+  return %0 : !torch.vtensor<[3,2,16],f32>
+}
+// SHAPES-LABEL: func.func @paged_pool_batch(
+// SHAPES: torch.aten.index_select %arg1, %int0, {{%[0-9]+}} : !torch.vtensor<[?,16],f32>, !torch.int, !torch.vtensor<[12],si64> -> !torch.vtensor<[12,16],f32>
+// SHAPES: return {{%[0-9]+}} : !torch.vtensor<[3,2,16],f32>

@@ -85,7 +85,7 @@ func.func @value_dim_too_large(%q: !torch.vtensor<[1,2,16],f32>, %kv: !torch.vte
 func.func @dynamic_k(%q: !torch.vtensor<[1,2,16],f32>, %kv: !torch.vtensor<[32,16],f32>, %idx: !torch.vtensor<[1,?],si64>) -> !torch.vtensor<[1,2,16],f32> {
   %scale = torch.constant.float 1.250000e-01
   %vdim = torch.constant.int 16
-  // expected-error @+1 {{H, D, T and K must be static (only the query count S may be dynamic)}}
+  // expected-error @+1 {{H, D and K must be static (only the query count S and the cache rows T may be dynamic)}}
   %0 = torch.operator "torch.day0.dsa_attention"(%q, %kv, %idx, %scale, %vdim) : (!torch.vtensor<[1,2,16],f32>, !torch.vtensor<[32,16],f32>, !torch.vtensor<[1,?],si64>, !torch.float, !torch.int) -> !torch.vtensor<[1,2,16],f32>
   return %0 : !torch.vtensor<[1,2,16],f32>
 }
