@@ -65,6 +65,71 @@ class _PrefillFirst(_Prefill):
     first_turn = True
 
 
+class _PagedStep(nn.Module):
+    """A step over paged pools (models/paging.py): (ids [S], positions [S], tables [G, nb],
+    *pools) -> (logits [S, V], next [G], *pools). G = 1: a prompt chunk of one sequence, `next`
+    the greedy token after its last row; G = S: a batched decode step, one token and one table
+    per sequence, `next` per row. NON_FINITE_TOKEN where a row is not all finite. Ids, positions
+    and table entries are clamped into range as in _Prefill; a pool holds whole blocks."""
+
+    def __init__(self, lm, block: int, batched: bool):
+        super().__init__()
+        self.lm, self.block, self.batched = lm, block, batched
+
+    def forward(self, ids, positions, tables, *pools):
+        ids = ids.clamp(0, self.lm.cfg.vocab_size - 1)
+        positions = positions.clamp(0, self.lm.max_seq_len - 1).clamp(max=tables.shape[1] * self.block - 1)
+        tables = tables.clamp(0, pools[0].shape[0] // self.block - 1)
+        logits, *pools = self.lm.step_paged(ids, positions, tables, *pools, block=self.block)
+        rows = logits if self.batched else logits[-1:]
+        best = rows.argmax(-1)
+        finite = (rows.abs() < math.inf).all(-1)
+        return (logits, torch.where(finite, best, torch.full_like(best, NON_FINITE_TOKEN)), *pools)
+
+
+@dataclass(frozen=True)
+class PagedExport:
+    """The paged entry points to export: `paged_prefill` (one sequence's prompt chunk, S dynamic)
+    and `paged_decode_<B>` for each batch size B; pools of whole `block`-position blocks, their
+    count dynamic (chosen at load)."""
+
+    block: int
+    batch_sizes: tuple[int, ...]
+
+
+def paged_entry_points(paged: PagedExport | None) -> list[str]:
+    if paged is None:
+        return []
+    return ["paged_prefill"] + [f"paged_decode_{b}" for b in paged.batch_sizes]
+
+
+def _paged_wrappers(lm, max_seq_len: int, paged: PagedExport) -> dict:
+    pools = [torch.zeros(2 * paged.block, *s.shape[1:], dtype=s_dtype(s)) for s in lm.state_specs()]
+    blocks = Dim("blocks", min=1, max=-(-max_seq_len // paged.block))  # a table's length
+    pool_rows = paged.block * Dim("pool_blocks", min=2)
+    pool_shapes = tuple({0: pool_rows} for _ in pools)
+    seq = Dim("seq", min=2, max=max_seq_len)
+    zeros = lambda *shape: torch.zeros(*shape, dtype=torch.int64)  # noqa: E731
+    wrappers = {
+        "paged_prefill": (
+            _PagedStep(lm, paged.block, batched=False),
+            (zeros(4), zeros(4), zeros(1, 2), *pools),
+            ({0: seq}, {0: seq}, {1: blocks}, pool_shapes),
+        )
+    }
+    for b in paged.batch_sizes:
+        wrappers[f"paged_decode_{b}"] = (
+            _PagedStep(lm, paged.block, batched=True),
+            (zeros(b), zeros(b), zeros(b, 2), *pools),
+            (None, None, {1: blocks}, pool_shapes),
+        )
+    return wrappers
+
+
+def s_dtype(spec) -> torch.dtype:
+    return torch.bfloat16 if spec.dtype == "bfloat16" else torch.float32
+
+
 class _ParametersAsOps(FxImporterHooks):
     """Imports every parameter as a `torch.day0.parameter` op naming its checkpoint tensor."""
 
@@ -99,12 +164,19 @@ def entry_points(lm: nn.Module, prefill_chunk: int = 0) -> list[str]:
 DECOMPOSABLE = ops.DECOMPOSABLE  # day0 ops a target may keep whole (ops.keeping)
 
 
-def export_model(lm: nn.Module, max_seq_len: int, keep: tuple[str, ...] = (), prefill_chunk: int = 0) -> ExportedModule:
+def export_model(
+    lm: nn.Module,
+    max_seq_len: int,
+    keep: tuple[str, ...] = (),
+    prefill_chunk: int = 0,
+    paged: PagedExport | None = None,
+) -> ExportedModule:
     """Export `lm.step` as prefill (S in [2, max_seq_len], dynamic), decode (S = 1) and, for
     models with a first-turn form, prefill_first (start == 0, dynamic S); with prefill_chunk > 0
-    also prefill_chunk (S = prefill_chunk, static). `keep`: names of DECOMPOSABLE day0 ops to
-    leave as `torch.operator` for the target's passes (the others are traced as their reference
-    aten body)."""
+    also prefill_chunk (S = prefill_chunk, static); with `paged`, `lm.step_paged` as the paged
+    entry points (PagedExport). `keep`: names of DECOMPOSABLE day0 ops to leave as
+    `torch.operator` for the target's passes (the others are traced as their reference aten
+    body)."""
     state = lm.empty_state()
     start = torch.zeros(1, dtype=torch.int64)
     seq = Dim("seq", min=2, max=max_seq_len)
@@ -120,11 +192,14 @@ def export_model(lm: nn.Module, max_seq_len: int, keep: tuple[str, ...] = (), pr
     context = tm_ir.Context()
     torch_d.register_dialect(context)
     importer = FxImporter(context=context, hooks=_ParametersAsOps())
+    modules = {name: (wrapper(lm), args, shapes) for name, (wrapper, args, shapes) in wrappers.items()}
+    if paged is not None:
+        modules.update(_paged_wrappers(lm, max_seq_len, paged))
     params: set[str] = set()
-    for name in entry_points(lm, prefill_chunk):
-        wrapper, args, shapes = wrappers[name]
+    for name in entry_points(lm, prefill_chunk) + paged_entry_points(paged):
+        module, args, shapes = modules[name]
         with ops.keeping(keep):
-            program = torch.export.export(wrapper(lm), args, dynamic_shapes=shapes, strict=False)
+            program = torch.export.export(module, args, dynamic_shapes=shapes, strict=False)
         program = program.run_decompositions(decompositions)
         importer.import_program(program, func_name=name)
         params |= {

@@ -97,6 +97,10 @@ def cache_dtype(model_cls, cfg, options: "BuildOptions") -> str:
     return dtype
 
 
+BATCH_SIZES = (1, 4, 16, 64, 256)  # the batched decode steps compiled below --max-batch, then it
+DEFAULT_BLOCK_SIZE = 64
+
+
 @dataclass
 class BuildOptions:
     target: str = "llvm-cpu"
@@ -108,6 +112,10 @@ class BuildOptions:
     # the position-indexed caches' dtype, float32 or bfloat16; None: the target's for models that
     # support bf16 caches, else float32
     cache_dtype: str | None = None
+    # > 0: also the paged entry points (runtime Engine) with batched decode steps for up to
+    # max_batch sequences, over pools of block_size-position blocks
+    max_batch: int = 0
+    block_size: int = DEFAULT_BLOCK_SIZE
 
 
 def _progress_printer(stream=sys.stderr) -> Callable[[str, str], None]:
@@ -179,7 +187,8 @@ def compile_checkpoint(
     try:
         progress("export", "start")
         chunk = prefill_chunk(model, options)
-        exported = export_model(model, options.max_seq_len, keep=target.kept_ops, prefill_chunk=chunk)
+        paged = paged_export(model, options)
+        exported = export_model(model, options.max_seq_len, keep=target.kept_ops, prefill_chunk=chunk, paged=paged)
         if stages:
             (stages / "00-export.mlir").write_text(exported.mlir)
         progress("export", "done")
@@ -224,10 +233,14 @@ def compile_checkpoint(
             vocab_size=cfg.vocab_size,
             eos_token_id=cfg.eos_token_id,
             entry_points={
-                name: EntryPoint(**ENTRY_POINTS[name], **({"static_len": chunk} if name == "prefill_chunk" else {}))
-                for name in entry_points(model, chunk)
+                **{
+                    name: EntryPoint(**ENTRY_POINTS[name], **({"static_len": chunk} if name == "prefill_chunk" else {}))
+                    for name in entry_points(model, chunk)
+                },
+                **paged_entry_points(paged),
             },
             state=tuple(model.state_specs()),
+            paged=paged_layout(model, options, paged),
             parameters=Parameters(
                 scope="model",
                 base_dir=str(checkpoint_dir),
@@ -244,6 +257,52 @@ def compile_checkpoint(
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def paged_export(model, options: BuildOptions):
+    """The paged entry points to export (frontend/export.py PagedExport), None without --max-batch."""
+    from day0.frontend.export import PagedExport
+
+    if not options.max_batch:
+        return None
+    if not model.supports_paging:
+        raise BuildError(f"--max-batch: {type(model).__name__} has no paged form yet (paged caches: deepseek_v32)")
+    sizes = tuple(b for b in BATCH_SIZES if b < options.max_batch) + (options.max_batch,)
+    return PagedExport(options.block_size, sizes)
+
+
+def paged_entry_points(paged) -> dict:
+    from day0.runtime.artifact import EntryPoint
+
+    if paged is None:
+        return {}
+    pools = "*pools (paged.pools, block count chosen at load)"
+    out = {
+        "paged_prefill": EntryPoint(
+            ("ids[S] int64", "positions[S] int64", "tables[1,nb] int64", pools),
+            ("logits[S,V] float32", NEXT, pools),
+            min_len=2,
+            layout="paged",
+        )
+    }
+    for b in paged.batch_sizes:
+        out[f"paged_decode_{b}"] = EntryPoint(
+            (f"ids[{b}] int64", f"positions[{b}] int64", f"tables[{b},nb] int64", pools),
+            (f"logits[{b},V] float32", f"next[{b}] int64 (per row, -1 where not finite)", pools),
+            layout="paged",
+            batch=b,
+        )
+    return out
+
+
+def paged_layout(model, options: BuildOptions, paged):
+    from day0.runtime.artifact import PagedLayout, StateTensor
+
+    if paged is None:
+        return None
+    block = paged.block
+    pools = tuple(StateTensor(s.name, s.kind, s.layer, (block, *s.shape[1:]), s.dtype) for s in model.state_specs())
+    return PagedLayout(block, -(-options.max_seq_len // block), paged.batch_sizes, pools)
+
+
 def check_options(options: BuildOptions) -> None:
     """The options' values in range, or a BuildError naming the option (no work done)."""
     from day0.lowering.targets import get_target
@@ -255,6 +314,10 @@ def check_options(options: BuildOptions) -> None:
     c = options.prefill_chunk
     if c is not None and (type(c) is not int or c < 0):
         raise BuildError(f"--prefill-chunk must be an integer >= 0 (got {c})")
+    if type(options.max_batch) is not int or not 0 <= options.max_batch <= 1024:
+        raise BuildError(f"--max-batch must be an integer in [0, 1024] (got {options.max_batch})")
+    if type(options.block_size) is not int or not 1 <= options.block_size <= 4096:
+        raise BuildError(f"--block-size must be an integer in [1, 4096] (got {options.block_size})")
 
 
 def is_artifact(path: Path) -> bool:

@@ -50,6 +50,9 @@ class CausalLM(nn.Module):
     supports_bf16_cache: bool = False
     # checkpoint tensors the model never reads (globs or regexes, Checkpoint.check_expected)
     unused_tensors: tuple[str, ...] = ()
+    # step_paged(ids, positions, tables, *pools, block) exists: the caches of state_specs as pools
+    # of blocks shared by many sequences (models/paging.py; the paged entry points)
+    supports_paging: bool = False
 
     def selection_width(self) -> int | None:
         """K, the number of positions the DSA indexer selects per query (None: no DSA op)."""

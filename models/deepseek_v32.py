@@ -108,6 +108,8 @@ class DeepseekV32(CausalLM):
     position_indexed_state = True
     supports_bf16_cache = True
 
+    supports_paging = True
+
     def __init__(self, cfg, max_seq_len: int, cache_dtype: str = "float32"):
         super().__init__(cfg, max_seq_len, cache_dtype)
         self.model = Backbone(cfg, DecoderLayer)

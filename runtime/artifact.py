@@ -66,6 +66,11 @@ class EntryPoint:
     greedy_next: bool = True
     min_len: int = 1
     static_len: int = 0
+    # "dense": (ids, start, *state) over the manifest's `state`; "paged": (ids, positions, tables,
+    # *pools) over the pools of `paged` (PagedLayout), `batch` sequences of one token each (0: one
+    # sequence's prompt chunk)
+    layout: str = "dense"
+    batch: int = 0
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,25 @@ class StateTensor:
         for d in self.shape:
             n *= d
         return n
+
+
+@dataclass(frozen=True)
+class PagedLayout:
+    """The paged entry points' caches: every position-indexed state tensor as a pool of blocks of
+    `block_size` positions, the block count chosen at load (runtime/blocks.py). `pools` hold one
+    block's shape ([block_size, *row]); a pool of n blocks is [n·block_size, *row]. A sequence
+    holds at most `max_blocks` blocks (max_seq_len positions); `batch_sizes`: the compiled
+    batched decode steps (paged_decode_<B>)."""
+
+    block_size: int
+    max_blocks: int
+    batch_sizes: tuple[int, ...]
+    pools: tuple[StateTensor, ...]
+
+    @property
+    def block_bytes(self) -> int:
+        """Bytes of one block across every pool."""
+        return sum(p.nbytes for p in self.pools)
 
 
 @dataclass(frozen=True)
@@ -121,7 +145,8 @@ class Manifest:
     parameters: Parameters
     compile_flags: tuple[str, ...]
     tools: dict[str, str]  # package -> version
-    vmfb: FileRecord | None = None  # filled in by `publish`
+    vmfb: FileRecord | None = None  # filled in by `seal`
+    paged: PagedLayout | None = None  # the paged entry points' pools, when compiled with them
     format_version: int = FORMAT_VERSION
 
     @property
@@ -178,10 +203,17 @@ class Manifest:
                         }
                     ),
                     "vmfb": FileRecord(**_plain(FileRecord, top["vmfb"], "vmfb.")) if top.get("vmfb") else None,
+                    "paged": _paged(top["paged"]) if top.get("paged") else None,
                 }
             )
         except (KeyError, TypeError, AttributeError) as e:
             raise ArtifactError(f"{where}: malformed manifest ({type(e).__name__}: {e})") from None
+
+
+def _paged(data) -> PagedLayout:
+    fields_ = _plain(PagedLayout, data, "paged.")
+    pools = tuple(StateTensor(**_plain(StateTensor, t, f"paged.pools[{i}].")) for i, t in enumerate(fields_["pools"]))
+    return PagedLayout(**{**fields_, "pools": pools})
 
 
 def _plain(cls, data, path: str) -> dict:
@@ -303,9 +335,16 @@ def check_signatures(manifest: Manifest, reflection: dict[str, dict[str, str]], 
             raise ArtifactError(f"{where}: function '{name}' records no day0 signature; compile the checkpoint again")
         inputs, _, outputs = r["day0.signature"].partition("->")
         args, results = _tensor_types(inputs), _tensor_types(outputs)
-        state = [(tuple(s.shape), s.dtype) for s in manifest.state]
-        ids_len = entry.static_len or None
-        expected_args = [((ids_len if name != "decode" else 1,), "int64"), ((1,), "int64"), *state]
+        if entry.layout == "paged":
+            if manifest.paged is None:
+                raise ArtifactError(f"{where}: paged entry point '{name}' but no paged layout in the manifest")
+            state = [((None, *p.shape[1:]), p.dtype) for p in manifest.paged.pools]
+            n = entry.batch or None
+            expected_args = [((n,), "int64"), ((n,), "int64"), ((entry.batch or 1, None), "int64"), *state]
+        else:
+            state = [(tuple(s.shape), s.dtype) for s in manifest.state]
+            ids_len = entry.static_len or None
+            expected_args = [((ids_len if name != "decode" else 1,), "int64"), ((1,), "int64"), *state]
         problem = None
         if r.get("day0.max_seq_len") != str(manifest.max_seq_len):
             problem = (

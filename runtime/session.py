@@ -30,7 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from day0.runtime.artifact import NON_FINITE_TOKEN, VMFB, Manifest, check_signatures, read_manifest, read_vmfb
+from day0.runtime.artifact import NON_FINITE_TOKEN, Manifest
+from day0.runtime.loading import open_artifact, token_ids
 from day0.runtime.sampling import greedy, make_rng, sample, validate_sampling
 from day0.runtime.state_file import np_dtype
 
@@ -85,27 +86,7 @@ class Session:
         compile read them, or in `checkpoint_dir` when the checkpoint has moved (another host).
         `device`: one of the artifact's devices (its target's; None: the first, e.g. local-task
         for llvm-cpu, cuda for cuda-sm90); another is refused before the runtime is asked."""
-        from day0.runtime.vm import VmModule
-
-        manifest = read_manifest(Path(artifact_dir), verify=verify, checkpoint_dir=checkpoint_dir)
-        device = manifest.devices[0] if device is None else device
-        if device not in manifest.devices:
-            raise SessionError(
-                f"artifact {artifact_dir} was compiled for target {manifest.target}, which runs on "
-                f"{' or '.join(manifest.devices)}, not on device '{device}' (compile it with "
-                f"--target for that device)"
-            )
-        params = manifest.parameters
-        files = [Path(params.base_dir) / f.path for f in params.files]
-        vmfb = read_vmfb(artifact_dir, manifest, verify)
-        vm = VmModule.load(
-            Path(artifact_dir) / VMFB,
-            files,
-            device=device,
-            scope=params.scope,
-            vmfb_bytes=vmfb,
-            check=lambda reflection: check_signatures(manifest, reflection, str(artifact_dir)),
-        )
+        manifest, vm = open_artifact(artifact_dir, device, verify, checkpoint_dir)
         return cls(artifact_dir, manifest, vm)
 
     # -- state ----------------------------------------------------------------------------------
@@ -152,27 +133,9 @@ class Session:
     # -- calls ----------------------------------------------------------------------------------
     def _check_ids(self, ids) -> np.ndarray:
         """ids as int64, after checking them and that they (and the pending token) fit."""
-        if isinstance(ids, (str, bytes)):
-            raise SessionError(f"token ids must be a list of integers, not {type(ids).__name__} (tokenize it first)")
-        try:
-            arr = np.asarray(ids)
-        except (TypeError, ValueError) as e:
-            raise SessionError(f"token ids must be a 1-D list of integers ({e})") from None
-        if arr.ndim != 1:
-            raise SessionError(f"token ids must be a 1-D list of integers (got shape {arr.shape})")
-        if arr.size == 0:
-            raise SessionError("token ids are empty: a prompt needs at least one token")
-        if not np.issubdtype(arr.dtype, np.integer):  # floats, bools, ints beyond int64 (object)
-            for t in arr.tolist():
-                if isinstance(t, bool) or not isinstance(t, int):
-                    raise SessionError(f"token id {t!r} is not an integer")
-                if not 0 <= t < self.vocab_size:
-                    raise SessionError(f"token id {t} is outside the vocabulary [0, {self.vocab_size})")
-        bad = arr[(arr < 0) | (arr >= self.vocab_size)]
-        if bad.size:
-            raise SessionError(f"token id {int(bad[0])} is outside the vocabulary [0, {self.vocab_size})")
+        arr = token_ids(ids, self.vocab_size, SessionError)
         self._check_room(arr.size)
-        return arr.astype(np.int64)
+        return arr
 
     def _check_room(self, new: int) -> None:
         total = self._pos + (self._pending is not None) + new

@@ -37,6 +37,8 @@ def artifact(workdir):
                     max_seq_len=spec["max_seq_len"],
                     dsa_tile=spec.get("tile", 64),
                     prefill_chunk=spec.get("prefill_chunk"),
+                    max_batch=spec.get("max_batch", 0),
+                    block_size=spec.get("block_size", 64),
                 ),
                 progress=lambda stage, event: None,
             )

@@ -112,6 +112,19 @@ PARITY = {
     "ds-tiles": dict(
         arch="deepseek_v32", config=_DS_TILES, seed=2, tile=8, max_seq_len=96, prompt=40, prefill_chunk=16
     ),
+    # ds-sparse with the paged entry points of the Engine: blocks of 4 positions, batched decode
+    # steps for 1 and 3 sequences (tests/test_engine.py; its dense entry points serve as the oracle)
+    "ds-sparse-paged": dict(
+        arch="deepseek_v32",
+        config=_DS_SPARSE,
+        seed=1,
+        tile=64,
+        max_seq_len=64,
+        prompt=20,
+        tokenizer=False,
+        max_batch=3,
+        block_size=4,
+    ),
     # three layers (two MoE), group-limited routing over 4 groups, many shards.
     "ds-sharded": dict(
         arch="deepseek_v32", config=_DS_SHARDED, seed=3, shard="40KB", tile=4, max_seq_len=64, prompt=24

@@ -37,6 +37,14 @@ def summary_json(m) -> dict:
         },
         "state": {s.name: list(s.shape) for s in m.state},
         "state_bytes": m.state_bytes(),
+        "paged": None
+        if m.paged is None
+        else {
+            "block_size": m.paged.block_size,
+            "max_blocks": m.paged.max_blocks,
+            "batch_sizes": list(m.paged.batch_sizes),
+            "block_bytes": m.paged.block_bytes,
+        },
         "parameters": {
             "base_dir": m.parameters.base_dir,
             "count": m.parameters.count,
@@ -89,6 +97,13 @@ def summary_text(artifact_dir: Path, m) -> str:
         lines.append(
             f"                {kind:<14} {len(specs):>3} x [{', '.join(shapes)}] {dtypes:<9} "
             f"{size(sum(s.nbytes for s in specs))}"
+        )
+    if m.paged is not None:
+        pg = m.paged
+        lines.append(
+            f"paged         blocks of {pg.block_size} positions, {size(pg.block_bytes)} each across "
+            f"{len(pg.pools)} pools (up to {pg.max_blocks} a sequence); batched decode for "
+            f"{', '.join(map(str, pg.batch_sizes))} sequences"
         )
     lines.append(f"compile flags {' '.join(m.compile_flags)}")
     lines.append(f"tools         {', '.join(f'{k} {v}' for k, v in m.tools.items())}")

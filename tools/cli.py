@@ -73,6 +73,8 @@ def cmd_compile(a) -> int:
         dump_stages=a.dump_stages,
         extra_flags=tuple(a.iree_flags),
         prefill_chunk=a.prefill_chunk,
+        max_batch=a.max_batch,
+        block_size=a.block_size,
         cache_dtype=a.cache_dtype,
     )
     manifest = compile_checkpoint(Path(a.checkpoint), Path(a.output), opts)
@@ -211,7 +213,7 @@ _CHECKPOINT_DIR_HELP = (
 
 
 def parser() -> argparse.ArgumentParser:
-    from day0.lowering.driver import DEFAULT_MAX_SEQ_LEN, MAX_MAX_SEQ_LEN, MIN_MAX_SEQ_LEN
+    from day0.lowering.driver import DEFAULT_BLOCK_SIZE, DEFAULT_MAX_SEQ_LEN, MAX_MAX_SEQ_LEN, MIN_MAX_SEQ_LEN
     from day0.lowering.targets import TARGETS
     from day0.models.base import CACHE_DTYPES
 
@@ -251,6 +253,14 @@ def parser() -> argparse.ArgumentParser:
         help="dtype of the latent / indexer caches (bfloat16: deepseek_v32); default: the "
         "target's for models that support bf16 caches, else float32",
     )
+    c.add_argument(
+        "--max-batch",
+        type=int,
+        default=0,
+        help="also compile the paged entry points of the batched Engine, decode steps for up to this "
+        "many sequences (default 0: none; deepseek_v32)",
+    )
+    c.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE, help="positions per paged cache block")
     # extra iree-compile flags come after `--` (split off in main: argparse would give the
     # empty-matching positional nothing once the checkpoint is read, then reject the flags)
     c.set_defaults(iree_flags=[])

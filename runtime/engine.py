@@ -1,0 +1,301 @@
+"""`Engine`: many sequences at once over paged caches (an artifact compiled with --max-batch).
+
+    eng = Engine.load(artifact_dir, num_blocks=None, memory_bytes=None, chunk=64)
+    rid = eng.add([1, 2, 3], max_new_tokens=16, temperature=0.0, stop=(2,))   # a request id
+    done = eng.step()        # {rid: Progress(tokens=[...], finished=None | "length" | "stop" | ...)}
+    eng.abort(rid)
+    eng.counters()           # running, waiting, blocks used and free
+
+The caches live in pools of blocks shared by every sequence (models/paging.py); a sequence's
+block table (runtime/blocks.py) maps its positions to blocks. The pools' block count is chosen
+here, at load: `num_blocks`, or as many as `memory_bytes` holds, or by default enough for every
+compiled batch row to reach max_seq_len.
+
+One `step`:
+ 1. Admission, in arrival order: a waiting request is admitted when the pool can reserve its
+    whole need (prompt + max_new_tokens - 1 positions), so a running sequence never waits for a
+    block, and a request that could never fit is refused at `add` with the numbers.
+ 2. One prompt chunk: the oldest admitted sequence still in its prompt runs its next chunk of at
+    most `chunk` tokens (`paged_prefill`; a 1-token remainder runs as a decode row). A long
+    prompt delays the running sequences by at most one chunk per step.
+ 3. One decode step for every sequence past its prompt: one token each, in batches of the
+    compiled sizes (`paged_decode_<B>`; rows beyond the batch point at the scratch block).
+Greedy requests take the device's next token (only ids are read back); the others sample on the
+host from their own generator, so a seeded request gives the same tokens whatever runs beside
+it. A request finishes at max_new_tokens ("length"), at a stop token ("stop"), by `abort`
+("abort"), or when its logits are not finite ("nonfinite"); its blocks are freed at once.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from day0.runtime.artifact import NON_FINITE_TOKEN, Manifest
+from day0.runtime.blocks import SCRATCH_BLOCK, BlockPool
+from day0.runtime.loading import open_artifact, token_ids
+from day0.runtime.sampling import make_rng, sample, validate_sampling
+from day0.runtime.state_file import np_dtype
+
+
+class EngineError(ValueError):
+    pass
+
+
+@dataclass
+class Progress:
+    """What one step did for a request: the tokens it generated (in order), and why it finished
+    (None while it runs). With keep_logits, `logits` holds the rows it computed this step."""
+
+    tokens: list[int] = field(default_factory=list)
+    finished: str | None = None
+    logits: list[np.ndarray] = field(default_factory=list)
+
+
+@dataclass
+class _Sequence:
+    id: int
+    prompt: np.ndarray
+    max_new_tokens: int
+    temperature: float
+    top_k: int
+    top_p: float
+    stop: frozenset[int]
+    keep_logits: bool
+    rng: np.random.Generator
+    fed: int = 0  # tokens in the cache (prompt first, then generated ones)
+    out: list[int] = field(default_factory=list)
+    finished: str | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0 or self.top_k == 1
+
+    @property
+    def need(self) -> int:
+        """Positions the sequence may fill: the prompt and every new token but the last."""
+        return self.prompt.size + max(self.max_new_tokens - 1, 0)
+
+    @property
+    def in_prompt(self) -> bool:
+        return self.fed < self.prompt.size
+
+
+class Engine:
+    def __init__(self, manifest: Manifest, vm, num_blocks: int, chunk: int):
+        if manifest.paged is None:
+            raise EngineError("the artifact has no paged entry points: compile it with --max-batch N for the Engine")
+        self.manifest, self._vm, self.chunk = manifest, vm, chunk
+        self.layout = manifest.paged
+        self.blocks = BlockPool(num_blocks, self.layout.block_size)
+        self.vocab_size, self.max_seq_len = manifest.vocab_size, manifest.max_seq_len
+        self.eos_token_ids = manifest.eos_token_ids
+        rows = num_blocks * self.layout.block_size
+        self._pools = [vm.to_device(np.zeros((rows, *p.shape[1:]), dtype=np_dtype(p.dtype))) for p in self.layout.pools]
+        self._prefill = vm.function("paged_prefill")
+        self._decode = {b: vm.function(f"paged_decode_{b}") for b in self.layout.batch_sizes}
+        self._ids = itertools.count()
+        self._waiting: list[_Sequence] = []
+        self._running: dict[int, _Sequence] = {}
+
+    @classmethod
+    def load(
+        cls,
+        artifact_dir,
+        device: str | None = None,
+        num_blocks: int | None = None,
+        memory_bytes: int | None = None,
+        chunk: int = 64,
+        verify: bool = True,
+        checkpoint_dir=None,
+    ) -> Engine:
+        """Load an artifact compiled with --max-batch; the pools get `num_blocks` blocks, or as
+        many as `memory_bytes` holds, or (neither) enough for each of the largest batch's rows
+        to reach max_seq_len. `chunk`: the most prompt tokens one step runs."""
+        if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
+            raise EngineError(f"chunk must be an integer >= 1, got {chunk!r}")
+        manifest, vm = open_artifact(artifact_dir, device, verify, checkpoint_dir)
+        if manifest.paged is None:
+            raise EngineError(
+                f"artifact {artifact_dir} has no paged entry points: compile it with --max-batch N for the Engine"
+            )
+        blocks = _block_count(manifest, num_blocks, memory_bytes)
+        return cls(manifest, vm, blocks, chunk)
+
+    # -- requests -------------------------------------------------------------------------------
+    def add(
+        self,
+        ids,
+        max_new_tokens: int = 32,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        stop: tuple[int, ...] | None = None,
+        keep_logits: bool = False,
+    ) -> int:
+        """Queue a request; returns its id. `stop`: token ids that end it (default: the model's
+        EOS ids; () for none). Refused (EngineError) when it could never run: longer than
+        max_seq_len, or more blocks than the whole pool."""
+        validate_sampling(temperature, top_k, top_p)
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise EngineError(f"max_new_tokens must be an integer >= 1 (got {max_new_tokens!r})")
+        prompt = token_ids(ids, self.vocab_size, EngineError)
+        seq = _Sequence(
+            next(self._ids),
+            prompt,
+            max_new_tokens,
+            temperature,
+            top_k,
+            top_p,
+            frozenset(self.eos_token_ids if stop is None else stop),
+            keep_logits,
+            make_rng(seed),
+        )
+        if seq.need > self.max_seq_len:
+            raise EngineError(
+                f"request of {prompt.size} prompt tokens + max_new_tokens {max_new_tokens} needs {seq.need} "
+                f"positions, more than the artifact's max_seq_len {self.max_seq_len}"
+            )
+        blocks = self.blocks.blocks_for(seq.need)
+        if blocks > self.blocks.capacity:
+            raise EngineError(
+                f"request needs {blocks} blocks of {self.layout.block_size} positions, more than the whole "
+                f"pool's {self.blocks.capacity} (load the Engine with more blocks)"
+            )
+        self._waiting.append(seq)
+        return seq.id
+
+    def abort(self, rid: int) -> bool:
+        """Stop a waiting or running request and free its blocks; False if it is not known."""
+        for seq in self._waiting:
+            if seq.id == rid:
+                self._waiting.remove(seq)
+                return True
+        seq = self._running.pop(rid, None)
+        if seq is None:
+            return False
+        self.blocks.release(rid)
+        return True
+
+    def counters(self) -> dict[str, int]:
+        return {
+            "running": len(self._running),
+            "waiting": len(self._waiting),
+            "blocks_used": self.blocks.used,
+            "blocks_free": self.blocks.free,
+        }
+
+    def has_work(self) -> bool:
+        return bool(self._running or self._waiting)
+
+    # -- one step -------------------------------------------------------------------------------
+    def step(self) -> dict[int, Progress]:
+        """Admit, run one prompt chunk and one decode step (module docstring); returns what each
+        request that moved did."""
+        progress: dict[int, Progress] = {}
+        self._admit()
+        prompt = next((s for s in self._running.values() if s.in_prompt), None)
+        if prompt is not None:
+            self._run_prompt_chunk(prompt, progress)
+        decoding = [s for s in self._running.values() if not s.in_prompt and s.finished is None and s is not prompt]
+        largest = max(self._decode)
+        for i in range(0, len(decoding), largest):
+            self._run_decode(decoding[i : i + largest], progress)
+        for rid, p in progress.items():
+            if p.finished is not None:
+                self._running.pop(rid, None)
+                self.blocks.release(rid)
+        return progress
+
+    def _admit(self) -> None:
+        while self._waiting and self.blocks.reserve(self._waiting[0].id, self._waiting[0].need):
+            seq = self._waiting.pop(0)
+            self._running[seq.id] = seq
+
+    def _run_prompt_chunk(self, seq: _Sequence, progress: dict[int, Progress]) -> None:
+        start = seq.fed
+        ids = seq.prompt[start : start + self.chunk]
+        if ids.size == 1:  # the prefill step takes >= 2 tokens; one runs as a decode row
+            self._run_decode([seq], progress, prompt_token=True)
+            return
+        positions = np.arange(start, start + ids.size, dtype=np.int64)
+        table = self._table(seq, start + ids.size)[None, :]
+        out = self._prefill(ids, positions, table, *self._pools)
+        logits, nxt, self._pools = out[0], out[1], list(out[2:])
+        seq.fed += ids.size
+        p = progress.setdefault(seq.id, Progress())
+        host = np.array(logits.to_host(), copy=True) if (seq.keep_logits or not seq.greedy) else None
+        if seq.keep_logits:
+            p.logits.extend(host)
+        if not seq.in_prompt:
+            token = int(np.asarray(nxt.to_host()).reshape(-1)[0]) if seq.greedy else None
+            self._emit(seq, p, token, None if host is None else host[-1])
+
+    def _run_decode(self, seqs: list[_Sequence], progress: dict[int, Progress], prompt_token: bool = False) -> None:
+        size = min(b for b in self._decode if b >= len(seqs))
+        ids = np.zeros(size, dtype=np.int64)
+        positions = np.zeros(size, dtype=np.int64)
+        width = max(self.blocks.blocks_for(s.fed + 1) for s in seqs)
+        tables = np.full((size, width), SCRATCH_BLOCK, dtype=np.int64)
+        for r, s in enumerate(seqs):
+            ids[r] = s.prompt[s.fed] if prompt_token else s.out[-1]
+            positions[r] = s.fed
+            t = self.blocks.table(s.id)[: self.blocks.blocks_for(s.fed + 1)]
+            tables[r, : len(t)] = t
+        out = self._decode[size](ids, positions, tables, *self._pools)
+        logits, nxt, self._pools = out[0], out[1], list(out[2:])
+        tokens = np.asarray(nxt.to_host()).reshape(-1)
+        need_host = any(s.keep_logits or not s.greedy for s in seqs)
+        host = np.array(logits.to_host(), copy=True) if need_host else None
+        for r, s in enumerate(seqs):
+            s.fed += 1
+            p = progress.setdefault(s.id, Progress())
+            if s.keep_logits:
+                p.logits.append(host[r])
+            if prompt_token and s.in_prompt:
+                continue
+            self._emit(s, p, int(tokens[r]) if s.greedy else None, None if host is None else host[r])
+
+    def _emit(self, seq: _Sequence, p: Progress, device_token: int | None, row: np.ndarray | None) -> None:
+        """The next token of `seq` from the device (greedy) or sampled from its logits row."""
+        if device_token is not None:
+            token = device_token
+        elif np.isfinite(row).all():
+            token = sample(row, seq.temperature, seq.top_k, seq.top_p, seq.rng)
+        else:
+            token = NON_FINITE_TOKEN
+        if token == NON_FINITE_TOKEN:
+            seq.finished = p.finished = "nonfinite"
+            return
+        seq.out.append(token)
+        p.tokens.append(token)
+        if token in seq.stop:
+            seq.finished = p.finished = "stop"
+        elif len(seq.out) >= seq.max_new_tokens:
+            seq.finished = p.finished = "length"
+
+    def _table(self, seq: _Sequence, positions: int) -> np.ndarray:
+        return np.array(self.blocks.table(seq.id)[: self.blocks.blocks_for(positions)], dtype=np.int64)
+
+
+def _block_count(manifest: Manifest, num_blocks: int | None, memory_bytes: int | None) -> int:
+    paged = manifest.paged
+    if num_blocks is not None and memory_bytes is not None:
+        raise EngineError("give num_blocks or memory_bytes, not both")
+    if memory_bytes is not None:
+        if not isinstance(memory_bytes, int) or memory_bytes < 0:
+            raise EngineError(f"memory_bytes must be an integer >= 0, got {memory_bytes!r}")
+        num_blocks = memory_bytes // paged.block_bytes
+        if num_blocks < 2:
+            raise EngineError(
+                f"memory_bytes {memory_bytes} holds {num_blocks} blocks of {paged.block_bytes} bytes; the "
+                f"Engine needs at least 2 (a scratch block and one for a sequence)"
+            )
+    elif num_blocks is None:
+        num_blocks = max(paged.batch_sizes) * paged.max_blocks + 1
+    elif isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 2:
+        raise EngineError(f"num_blocks must be an integer >= 2 (a scratch block and one more), got {num_blocks!r}")
+    return num_blocks
