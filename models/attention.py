@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from day0.models.layers import linear, rotate_half_split
+from day0.models.paging import CacheView
 
 
 class SinkAttention(nn.Module):
@@ -30,22 +31,24 @@ class SinkAttention(nn.Module):
         self.scale = head_dim**-0.5
 
     def forward(
-        self, x: Tensor, positions: Tensor, cos: Tensor, sin: Tensor, visible: Tensor, k_cache: Tensor, v_cache: Tensor
+        self, x: Tensor, view: CacheView, cos: Tensor, sin: Tensor, visible: Tensor, k_cache: Tensor, v_cache: Tensor
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """x [S, hidden] at `positions` [S]; cos, sin [S, head_dim/2]; visible [S, T] bool;
-        caches [T, kv_heads, head_dim] f32. Returns (out [S, hidden], k_cache, v_cache) with the
-        new rows written."""
+        """x [S, hidden]; cos, sin [S, head_dim/2]; caches [T, kv_heads, head_dim] f32 addressed
+        through `view` (dense or paged: models/paging.py); visible [S, L]: the view's mask, windowed
+        on sliding layers. Returns (out [S, hidden], k_cache, v_cache) with the new rows written."""
         s, g = x.shape[0], self.heads // self.kv_heads
         q = rotate_half_split(linear(x, self.q_proj).view(s, self.heads, self.head_dim), cos, sin)
         k = rotate_half_split(linear(x, self.k_proj).view(s, self.kv_heads, self.head_dim), cos, sin)
         v = linear(x, self.v_proj).view(s, self.kv_heads, self.head_dim)
-        k_cache = k_cache.index_copy(0, positions, k)
-        v_cache = v_cache.index_copy(0, positions, v)
+        k_cache = k_cache.index_copy(0, view.rows, k)
+        v_cache = v_cache.index_copy(0, view.rows, v)
+        keys, values = view.gather(k_cache), view.gather(v_cache)  # [L, Hkv, D], or [S, L, Hkv, D]
+        t = "stkd" if view.per_query else "tkd"
 
         q = q.view(s, self.kv_heads, g, self.head_dim)  # query head h = kv_head·g + j
-        scores = torch.einsum("skgd,tkd->skgt", q, k_cache) * self.scale  # [S, Hkv, G, T]
+        scores = torch.einsum(f"skgd,{t}->skgt", q, keys) * self.scale  # [S, Hkv, G, L]
         scores = scores.masked_fill(~visible[:, None, None, :], float("-inf"))
         sinks = self.sinks.float().view(1, self.kv_heads, g, 1).expand(s, -1, -1, -1)
         probs = torch.softmax(torch.cat([scores, sinks], -1), dim=-1)[..., :-1]  # drop the sink
-        o = torch.einsum("skgt,tkd->skgd", probs, v_cache).reshape(s, self.heads * self.head_dim)
+        o = torch.einsum(f"skgt,{t}->skgd", probs, values).reshape(s, self.heads * self.head_dim)
         return linear(o, self.o_proj), k_cache, v_cache

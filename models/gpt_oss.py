@@ -20,6 +20,7 @@ from day0.models.attention import SinkAttention
 from day0.models.base import Backbone, CausalLM
 from day0.models.config import COMMON_FIELDS, NumberFields, require, require_static_rope, transformers_config
 from day0.models.layers import RMSNorm
+from day0.models.paging import CacheView, dense_view, paged_view
 from day0.runtime.artifact import StateTensor
 
 MODEL_TYPE = "gpt_oss"
@@ -196,8 +197,8 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, h, positions, cos, sin, visible, k_cache, v_cache):
-        a, k_cache, v_cache = self.self_attn(self.input_layernorm(h), positions, cos, sin, visible, k_cache, v_cache)
+    def forward(self, h, view, cos, sin, visible, k_cache, v_cache):
+        a, k_cache, v_cache = self.self_attn(self.input_layernorm(h), view, cos, sin, visible, k_cache, v_cache)
         h = h + a
         return h + self.mlp(self.post_attention_layernorm(h)), k_cache, v_cache
 
@@ -207,6 +208,7 @@ class GptOss(CausalLM):
     checkpoint; `step` is the functional entry point for both prefill and decode."""
 
     position_indexed_state = True  # every K/V row belongs to one position (models/base.py)
+    supports_paging = True
 
     def __init__(self, cfg, max_seq_len: int, cache_dtype: str = "float32"):
         super().__init__(cfg, max_seq_len, cache_dtype)
@@ -227,18 +229,23 @@ class GptOss(CausalLM):
 
     def step(self, ids: Tensor, start: Tensor, *state: Tensor) -> tuple[Tensor, ...]:
         """Run ids [S] at positions start..start+S-1 over the state; returns (logits [S, V], *state)."""
+        positions = start + torch.arange(ids.shape[0], dtype=torch.int64)  # [S]
+        return self._run(ids, dense_view(positions, self.max_seq_len), state)
+
+    def step_paged(
+        self, ids: Tensor, positions: Tensor, tables: Tensor, *pools: Tensor, block: int
+    ) -> tuple[Tensor, ...]:
+        """step over paged pools through block tables [G, nb] (as DeepseekV32.step_paged)."""
+        return self._run(ids, paged_view(positions, tables, block), pools)
+
+    def _run(self, ids: Tensor, view: CacheView, state) -> tuple[Tensor, ...]:
         n = self.cfg.num_hidden_layers
         k_caches, v_caches = list(state[:n]), list(state[n:])
-        positions = start + torch.arange(ids.shape[0], dtype=torch.int64)  # [S]
-        cos, sin = self.rope_at(positions)
-        behind = positions[:, None] - torch.arange(self.max_seq_len, dtype=torch.int64)[None, :]  # [S, T]
-        causal = behind >= 0
-        masks = {w: causal if w == 0 else causal & (behind < w) for w in set(self.windows)}
+        cos, sin = self.rope_at(view.positions)
+        masks = {w: view.window(w) for w in set(self.windows)}  # sliding layers see the last w positions
         h = self.model.embed_tokens.weight.index_select(0, ids).float()  # [S, hidden]
         for i, layer in enumerate(self.model.layers):
-            h, k_caches[i], v_caches[i] = layer(
-                h, positions, cos, sin, masks[self.windows[i]], k_caches[i], v_caches[i]
-            )
+            h, k_caches[i], v_caches[i] = layer(h, view, cos, sin, masks[self.windows[i]], k_caches[i], v_caches[i])
         h = self.model.norm(h)
         head = self.model.embed_tokens if self.lm_head is None else self.lm_head
         return (h @ head.weight.float().T, *k_caches, *v_caches)

@@ -27,9 +27,11 @@ from torch import Tensor
 
 @dataclass(frozen=True)
 class CacheView:
-    """rows [S]: the cache row of each new token; key_rows None or [G, L] (module docstring);
-    visible [S, L] bool: the slots each query may attend (its own sequence, causally)."""
+    """positions [S] of the new tokens; rows [S]: the cache row of each; key_rows None or [G, L]
+    (module docstring); visible [S, L] bool: the slots each query may attend (its own sequence,
+    causally)."""
 
+    positions: Tensor
     rows: Tensor
     key_rows: Tensor | None
     visible: Tensor
@@ -44,11 +46,18 @@ class CacheView:
         """Whether each query has its own key range (a batch of sequences, one token each)."""
         return self.key_rows is not None and self.key_rows.shape[0] > 1
 
+    def window(self, width: int) -> Tensor:
+        """visible, restricted to the last `width` positions up to each query (0: no limit)."""
+        if not width:
+            return self.visible
+        behind = self.positions[:, None] - torch.arange(self.keys, dtype=torch.int64)[None, :]
+        return self.visible & (behind < width)
+
     def gather(self, cache: Tensor) -> Tensor:
-        """The key range's rows of `cache` [T, width]: [L, width], or [S, L, width] per query."""
+        """The key range's rows of `cache` [T, *row]: [L, *row], or [S, L, *row] per query."""
         if self.key_rows is None:
             return cache[: self.keys]
-        rows = cache.index_select(0, self.key_rows.reshape(-1)).view(*self.key_rows.shape, cache.shape[-1])
+        rows = cache.index_select(0, self.key_rows.reshape(-1)).view(*self.key_rows.shape, *cache.shape[1:])
         return rows if self.per_query else rows[0]
 
     def physical(self, slots: Tensor) -> Tensor:
@@ -62,7 +71,7 @@ class CacheView:
 def dense_view(positions: Tensor, keys: int) -> CacheView:
     """One sequence in a cache of its own: positions [S] are rows, the first `keys` rows the key range."""
     visible = torch.arange(keys, dtype=torch.int64)[None, :] <= positions[:, None]
-    return CacheView(positions, None, visible)
+    return CacheView(positions, positions, None, visible)
 
 
 def paged_view(positions: Tensor, tables: Tensor, block: int) -> CacheView:
@@ -75,4 +84,4 @@ def paged_view(positions: Tensor, tables: Tensor, block: int) -> CacheView:
     owner = key_rows[0:1].expand(positions.shape[0], -1) if group else key_rows
     rows = owner.gather(1, positions[:, None]).reshape(-1)  # slot `position` of the query's own range
     visible = torch.arange(key_rows.shape[1], dtype=torch.int64)[None, :] <= positions[:, None]
-    return CacheView(rows, key_rows, visible)
+    return CacheView(positions, rows, key_rows, visible)

@@ -149,6 +149,17 @@ PARITY = {
     # gpt-oss MXFP4 checkpoints (gpt-oss layout): 2 layers / 4 experts; hidden 96, 8 experts,
     # 3 layers; 4 layers with YaRN rope shaped like the released config.
     "oss-base": dict(arch="gpt_oss", config={}, seed=1, max_seq_len=48, prompt=8, experts="gpt-oss"),
+    # oss-base with the Engine's paged entry points (as ds-sparse-paged)
+    "oss-base-paged": dict(
+        arch="gpt_oss",
+        config={},
+        seed=1,
+        max_seq_len=48,
+        prompt=8,
+        experts="gpt-oss",
+        max_batch=3,
+        block_size=4,
+    ),
     "oss-wide": dict(
         arch="gpt_oss",
         config=dict(hidden_size=96, intermediate_size=96, num_local_experts=8, num_hidden_layers=3),

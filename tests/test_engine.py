@@ -3,6 +3,9 @@
 the same greedy tokens, with requests of different lengths added at different steps, some
 aborted, a pool too small for all at once, and blocks reused by later sequences."""
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -10,21 +13,29 @@ from day0.runtime.artifact import ArtifactError
 from day0.runtime.engine import Engine, EngineError
 from day0.runtime.session import Session
 
-NAME = "ds-sparse-paged"  # max_seq_len 64, blocks of 4 positions, batches of 1 and 3
+sys.path.insert(0, str(Path(__file__).parent))
+from parity_configs import PARITY  # noqa: E402
+
 TOL = 1e-5
 
 
+@pytest.fixture(params=["ds-sparse-paged", "oss-base-paged"])
+def name(request) -> str:
+    """Artifacts with blocks of 4 positions and batched decode steps for 1 and 3 sequences."""
+    return request.param
+
+
 def _ids(n: int, seed: int) -> list[int]:
-    return np.random.default_rng(seed).integers(0, 300, n).tolist()
+    return np.random.default_rng(seed).integers(0, 100, n).tolist()
 
 
 def _rel(a, b) -> float:
     return float(np.abs(np.asarray(a) - np.asarray(b)).max() / np.abs(np.asarray(b)).max())
 
 
-def _alone(artifact, prompt: list[int], tokens: list[int]) -> np.ndarray:
+def _alone(artifact, name, prompt: list[int], tokens: list[int]) -> np.ndarray:
     """Session's logits teacher-forced over the prompt and every generated token but the last."""
-    s = Session.load(artifact(NAME))
+    s = Session.load(artifact(name))
     rows = [s.prefill(prompt)]
     rows += [s.decode(t)[None] for t in tokens[:-1]]
     return np.concatenate(rows)
@@ -52,10 +63,10 @@ def _run(engine: Engine, added: dict, late: dict | None = None, abort_at: dict |
     return tokens, logits, finished
 
 
-def test_sequences_together_equal_each_alone(artifact):
+def test_sequences_together_equal_each_alone(artifact, name):
     """Prompts of 3..21 tokens in chunks of 8 (a one-token remainder included), added at
     different steps, one aborted midway: each finished one has its logits and greedy tokens."""
-    engine = Engine.load(artifact(NAME), chunk=8)
+    engine = Engine.load(artifact(name), chunk=8)
     first = {"a": (_ids(9, 1), 6), "b": (_ids(17, 2), 5), "c": (_ids(3, 3), 8)}
     late = {2: [("d", _ids(21, 4), 4)], 4: [("e", _ids(12, 5), 7)]}
     tokens, logits, finished = _run(engine, first, late, abort_at={6: "c"})
@@ -63,19 +74,19 @@ def test_sequences_together_equal_each_alone(artifact):
     assert finished == {"a": "length", "b": "length", "c": "abort", "d": "length", "e": "length"}
     for key in "abde":
         prompt, n = prompts[key]
-        want_tokens = Session.load(artifact(NAME)).generate(prompt, max_new_tokens=n, stop_at_eos=False)
+        want_tokens = Session.load(artifact(name)).generate(prompt, max_new_tokens=n, stop_at_eos=False)
         assert tokens[key] == want_tokens, key
         got = np.stack(logits[key])
         assert got.shape[0] == len(prompt) + n - 1
-        assert _rel(got, _alone(artifact, prompt, tokens[key])) < TOL, key
+        assert _rel(got, _alone(artifact, name, prompt, tokens[key])) < TOL, key
     assert engine.counters() == {"running": 0, "waiting": 0, "blocks_used": 0, "blocks_free": engine.blocks.capacity}
 
 
-def test_a_short_pool_makes_requests_wait_not_fail(artifact):
+def test_a_short_pool_makes_requests_wait_not_fail(artifact, name):
     """A pool of 7 blocks (28 positions) holds one of these requests at a time: the others wait,
     then finish with the tokens they have alone; then a sequence on reused blocks equals a
     fresh run (nothing leaks between sequences)."""
-    engine = Engine.load(artifact(NAME), num_blocks=8, chunk=16)
+    engine = Engine.load(artifact(name), num_blocks=8, chunk=16)
     reqs = {"a": (_ids(18, 6), 6), "b": (_ids(11, 7), 9), "c": (_ids(15, 8), 5)}
     for p, n in reqs.values():
         engine.add(p, max_new_tokens=n, stop=())
@@ -86,15 +97,15 @@ def test_a_short_pool_makes_requests_wait_not_fail(artifact):
         for r, prog in engine.step().items():
             out.setdefault(r, []).extend(prog.tokens)
     for r, (key, (p, n)) in enumerate(reqs.items()):
-        assert out[r] == Session.load(artifact(NAME)).generate(p, max_new_tokens=n, stop_at_eos=False), key
+        assert out[r] == Session.load(artifact(name)).generate(p, max_new_tokens=n, stop_at_eos=False), key
     prompt = _ids(13, 9)
     tokens, logits, _ = _run(engine, {"z": (prompt, 6)})
-    assert _rel(np.stack(logits["z"]), _alone(artifact, prompt, tokens["z"])) < TOL
+    assert _rel(np.stack(logits["z"]), _alone(artifact, name, prompt, tokens["z"])) < TOL
 
 
-def test_a_seeded_request_samples_the_same_beside_others(artifact):
+def test_a_seeded_request_samples_the_same_beside_others(artifact, name):
     def sampled(neighbours: int) -> list[int]:
-        engine = Engine.load(artifact(NAME), chunk=8)
+        engine = Engine.load(artifact(name), chunk=8)
         for j in range(neighbours):
             engine.add(_ids(5 + j, 20 + j), max_new_tokens=6, stop=())
         rid = engine.add(_ids(10, 11), max_new_tokens=8, temperature=0.9, top_p=0.95, seed=3, stop=())
@@ -107,10 +118,11 @@ def test_a_seeded_request_samples_the_same_beside_others(artifact):
     assert len(alone) == 8 and sampled(3) == alone
 
 
-def test_requests_that_can_never_run_are_refused_at_add(artifact):
-    engine = Engine.load(artifact(NAME), num_blocks=5)  # 4 usable blocks: 16 positions
-    with pytest.raises(EngineError, match=r"needs 70 positions, more than the artifact's max_seq_len 64"):
-        engine.add(_ids(60, 1), max_new_tokens=11)
+def test_requests_that_can_never_run_are_refused_at_add(artifact, name):
+    engine = Engine.load(artifact(name), num_blocks=5)  # 4 usable blocks: 16 positions
+    longest = PARITY[name]["max_seq_len"]
+    with pytest.raises(EngineError, match=rf"needs {longest + 6} positions, more than the artifact's max_seq_len"):
+        engine.add(_ids(longest - 4, 1), max_new_tokens=11)
     with pytest.raises(EngineError, match=r"needs 5 blocks of 4 positions, more than the whole pool's 4"):
         engine.add(_ids(15, 1), max_new_tokens=3)
     with pytest.raises(EngineError, match=r"token id 400 is outside the vocabulary"):
@@ -120,12 +132,12 @@ def test_requests_that_can_never_run_are_refused_at_add(artifact):
     assert engine.counters()["waiting"] == 0
 
 
-def test_load_time_limits_are_named(artifact):
+def test_load_time_limits_are_named(artifact, name):
     with pytest.raises(EngineError, match=r"holds 1 blocks of \d+ bytes; the Engine needs at least 2"):
-        Engine.load(artifact(NAME), memory_bytes=4000)
+        Engine.load(artifact(name), memory_bytes=4000)
     with pytest.raises(EngineError, match=r"num_blocks must be an integer >= 2"):
-        Engine.load(artifact(NAME), num_blocks=1)
+        Engine.load(artifact(name), num_blocks=1)
     with pytest.raises(EngineError, match=r"no paged entry points: compile it with --max-batch"):
         Engine.load(artifact("ds-sparse"))
     with pytest.raises(ArtifactError, match=r"not on device 'cuda'"):
-        Engine.load(artifact(NAME), device="cuda")
+        Engine.load(artifact(name), device="cuda")

@@ -1,7 +1,7 @@
-"""Paged caches in the eager model (models/paging.py): a sequence whose rows live in scattered
+"""Paged caches in the eager models (models/paging.py): a sequence whose rows live in scattered
 blocks of a shared pool gives the logits of the same sequence in a dense cache of its own, alone
 (a prompt chunk: one block table) or batched with others (a decode step: one table per token),
-and writes nothing outside its own blocks."""
+and writes nothing outside its own blocks; for every architecture with a paged form."""
 
 import sys
 from pathlib import Path
@@ -13,16 +13,17 @@ from day0.models.paging import dense_view, paged_view
 from day0.models.registry import build_eager
 
 sys.path.insert(0, str(Path(__file__).parent))
-from parity_configs import rel_err  # noqa: E402
+from parity_configs import PARITY, rel_err  # noqa: E402
 
 BLOCK = 4
 BLOCKS = 40
 TOL = 1e-6
 
 
-@pytest.fixture(scope="module")
-def model(checkpoint):
-    return build_eager(checkpoint("ds-sparse"), max_seq_len=64)
+@pytest.fixture(scope="module", params=["ds-sparse", "oss-base"])
+def model(request, checkpoint):
+    """deepseek_v32 (MLA latent + indexer keys, DSA) and gpt_oss (K/V, sinks, sliding windows of 8)."""
+    return build_eager(checkpoint(request.param), max_seq_len=PARITY[request.param]["max_seq_len"])
 
 
 def _ids(n: int, seed: int) -> torch.Tensor:
@@ -59,7 +60,7 @@ def test_one_sequence_in_scattered_blocks_equals_its_dense_cache(model):
         assert rel_err(got, want[1 + i]) < TOL
     used = set(table[0].tolist())
     for pool in pools:
-        untouched = pool.view(BLOCKS, BLOCK, -1)[[b for b in range(BLOCKS) if b not in used]]
+        untouched = pool.view(BLOCKS, BLOCK, -1)[[b for b in range(BLOCKS) if b not in used]]  # any row shape
         assert not untouched.any()  # nothing written outside the sequence's blocks
 
 
