@@ -264,7 +264,10 @@ def paged_export(model, options: BuildOptions):
     if not options.max_batch:
         return None
     if not model.supports_paging:
-        raise BuildError(f"--max-batch: {type(model).__name__} has no paged form yet (paged caches: deepseek_v32)")
+        from day0.models.registry import ARCHITECTURES
+
+        paged = sorted(name for name, (_, cls) in ARCHITECTURES.items() if cls.supports_paging)
+        raise BuildError(f"--max-batch: {type(model).__name__} has no paged form yet (paged: {', '.join(paged)})")
     sizes = tuple(b for b in BATCH_SIZES if b < options.max_batch) + (options.max_batch,)
     return PagedExport(options.block_size, sizes)
 

@@ -353,3 +353,21 @@ def test_sigterm_during_iree_compile_cleans_up(checkpoint, artifact, tmp_path):
     assert not list(temp.glob("day0-*"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["art", "temp"]
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+
+
+@pytest.mark.parametrize(
+    "args,names",
+    [
+        (("--max-batch", "-1"), ("--max-batch", "[0, 1024]", "(got -1)")),
+        (("--max-batch", "2", "--block-size", "0"), ("--block-size", "[1, 4096]", "(got 0)")),
+    ],
+)
+def test_paged_options_out_of_bounds_refused_before_work(checkpoint, tmp_path, args, names):
+    _refused_before_work(day0("compile", checkpoint("ds-sparse"), "-o", tmp_path / "out", *args), *names)
+    assert not (tmp_path / "out").exists()
+
+
+def test_max_batch_for_a_model_without_a_paged_form_is_named(checkpoint, tmp_path):
+    r = day0("compile", checkpoint("kl-base"), "-o", tmp_path / "out", "--max-seq-len", 96, "--max-batch", 2)
+    one_line_error(r, "--max-batch: KimiLinear has no paged form yet (paged: deepseek_v32, gpt_oss)")
+    assert not (tmp_path / "out").exists()

@@ -258,7 +258,7 @@ def parser() -> argparse.ArgumentParser:
         type=int,
         default=0,
         help="also compile the paged entry points of the batched Engine, decode steps for up to this "
-        "many sequences (default 0: none; deepseek_v32)",
+        "many sequences (default 0: none)",
     )
     c.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE, help="positions per paged cache block")
     # extra iree-compile flags come after `--` (split off in main: argparse would give the
