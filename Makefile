@@ -37,6 +37,7 @@ test-lit: install
 
 bench: install
 	$(VPY) -m day0.tools.bench.bench_demo --workdir .cache/bench
+	$(VPY) -m day0.tools.bench.bench_engine --workdir .cache/bench-engine
 	$(VPY) -m day0.tools.bench.bench_mxfp4 --json .cache/bench/mxfp4.json
 	$(VPY) -m day0.tools.bench.bench_memory --workdir .cache/bench-memory
 	$(VPY) -m day0.tools.bench.bench_glm5 --workdir .cache/bench-glm5

@@ -188,6 +188,14 @@ class Engine:
             "blocks_free": self.blocks.free,
         }
 
+    def phase(self, rid: int) -> str | None:
+        """ "waiting", "prompt" (admitted, prompt not all run), "decoding", or None (finished,
+        aborted or unknown)."""
+        seq = self._running.get(rid)
+        if seq is not None:
+            return "prompt" if seq.in_prompt else "decoding"
+        return "waiting" if any(s.id == rid for s in self._waiting) else None
+
     def has_work(self) -> bool:
         return bool(self._running or self._waiting)
 

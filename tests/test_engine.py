@@ -92,6 +92,7 @@ def test_a_short_pool_makes_requests_wait_not_fail(artifact, name):
         engine.add(p, max_new_tokens=n, stop=())
     engine.step()
     assert engine.counters()["running"] == 1 and engine.counters()["waiting"] == 2
+    assert [engine.phase(r) for r in range(3)] == ["prompt", "waiting", "waiting"]  # 16 of 18 prompt tokens ran
     out: dict[int, list[int]] = {}
     while engine.has_work():
         for r, prog in engine.step().items():
