@@ -7,7 +7,6 @@ which the `parameters-to-globals` pass turns into an IREE parameter global read 
 load time. The model can therefore be exported with uninitialized weights (no checkpoint load).
 """
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -30,7 +29,9 @@ class _Prefill(nn.Module):
     the device, lowest id on ties, as runtime.sampling.greedy): greedy generation reads back 8
     bytes per call instead of the logits ([S, V] after a prompt). When that row holds a NaN or an
     infinity the token is NON_FINITE_TOKEN (-1), which the runtime reports instead of an argmax that
-    would depend on how the device orders NaN.
+    would depend on how the device orders NaN. The test is on the row's sum (sum · 0 == 0 exactly
+    when every value is finite, barring a sum past f32's range; `abs(x) < inf` all-reduced
+    beside the argmax compiled for CUDA too, but its results on the H200 were not trusted yet).
 
     The host checks ids and positions before a call; the step clamps them too (ids into the
     vocabulary, the written rows into the state's max_seq_len), so that no input, whatever the
@@ -48,11 +49,8 @@ class _Prefill(nn.Module):
         logits, *state = self.lm.step(ids, start, *state, **({"first_turn": True} if self.first_turn else {}))
         last = logits[-1]
         best = last.argmax(-1, keepdim=True)
-        return (
-            logits,
-            torch.where((last.abs() < math.inf).all(), best, torch.full_like(best, NON_FINITE_TOKEN)),
-            *state,
-        )
+        best = torch.where(last.sum() * 0 == 0, best, torch.full_like(best, NON_FINITE_TOKEN))
+        return (logits, best, *state)
 
 
 class _Decode(_Prefill):
@@ -81,10 +79,14 @@ class _PagedStep(nn.Module):
         positions = positions.clamp(0, self.lm.max_seq_len - 1).clamp(max=tables.shape[1] * self.block - 1)
         tables = tables.clamp(0, pools[0].shape[0] // self.block - 1)
         logits, *pools = self.lm.step_paged(ids, positions, tables, *pools, block=self.block)
-        rows = logits if self.batched else logits[-1:]
-        best = rows.argmax(-1)
-        finite = (rows.abs() < math.inf).all(-1)
-        return (logits, torch.where(finite, best, torch.full_like(best, NON_FINITE_TOKEN)), *pools)
+        # IREE 3.13's CUDA codegen fails to distribute aten.argmax over the rows of a [B, V] (or a
+        # slice logits[-1:]): one sequence takes the dense entries' 1-D argmax of logits[-1], a
+        # batch a top-1 per row (aten.topk, lowered as every top-k: the lowest id among equals)
+        rows = logits if self.batched else logits[-1]
+        best = rows.topk(1, dim=-1, sorted=False).indices[:, 0] if self.batched else rows.argmax(-1, keepdim=True)
+        finite = rows.sum(-1, keepdim=not self.batched) * 0 == 0  # as in _Prefill
+        best = torch.where(finite, best, torch.full_like(best, NON_FINITE_TOKEN))
+        return (logits, best, *pools)
 
 
 @dataclass(frozen=True)

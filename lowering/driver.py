@@ -188,7 +188,13 @@ def compile_checkpoint(
         progress("export", "start")
         chunk = prefill_chunk(model, options)
         paged = paged_export(model, options)
-        exported = export_model(model, options.max_seq_len, keep=target.kept_ops, prefill_chunk=chunk, paged=paged)
+        exported = export_model(
+            model,
+            options.max_seq_len,
+            keep=target.kept_ops,
+            prefill_chunk=chunk,
+            paged=paged,
+        )
         if stages:
             (stages / "00-export.mlir").write_text(exported.mlir)
         progress("export", "done")

@@ -7,8 +7,8 @@ one kernel takes a split of the selected slots for a group of heads per CTA (row
 memory, online softmax in f32), and a second merges the splits (flash-decoding).
 
 Precondition: every dsa_attention keeps the op's contract (passes/sites/dsa_attention.py: q
-[S,H,D], kv [T,D], indices [S,K] integers, result [S,H,V] f32; H, D, K static), T static (a
-dense cache; paged pools are not taken yet), with q and kv
+[S,H,D], kv [T,D], indices [S,K] integers, result [S,H,V] f32; H, D, K static; T static, or
+dynamic for a paged pool, whose rows the kernels take as a push constant read at run time), with q and kv
 both f32 or both bf16, D <= 576 and V <= 1024 (the kernel's shared-memory and register layout).
 Rewrite:
     %o = torch.operator "torch.day0.dsa_attention"(%q, %kv, %idx, %scale, %vdim)
@@ -47,18 +47,20 @@ from day0.passes.torch_ir import TensorType, TorchBuilder, replace_op
 EXECUTABLE = kg.DSA_ATTENTION.executable
 
 
-def function_name(dt: str, H: int, D: int, T: int, K: int, V: int, scale: float, rows: int | None = None) -> str:
+def function_name(dt: str, H: int, D: int, T: int | None, K: int, V: int, scale: float, rows: int | None = None) -> str:
+    """T None (a paged pool's rows, known at run time) is spelled `Tdyn`."""
     tail = "" if rows is None else f"_r{rows}"
-    return f"day0_dsa_{dt}_H{H}_D{D}_T{T}_K{K}_V{V}_{scale_tag(scale)}{tail}"
+    return f"day0_dsa_{dt}_H{H}_D{D}_T{'dyn' if T is None else T}_K{K}_V{V}_{scale_tag(scale)}{tail}"
 
 
-def function_text(dt: str, H: int, D: int, T: int, K: int, V: int, scale: float, rows: int | None = None) -> str:
+def function_text(dt: str, H: int, D: int, T: int | None, K: int, V: int, scale: float, rows: int | None = None) -> str:
     """rows None: the f32-arithmetic kernels; else the bf16 tensor-core kernels with `rows` slots
-    per split (a `rows` push constant, and the combine also split over V)."""
+    per split (a `rows` push constant, and the combine also split over V). T None: the cache's
+    row count is read from the tensor (a paged pool) for the kernels' T push constant."""
     mma = rows is not None
     partial, combine = kg.dsa_entries(dt, rows)
     splits, groups = kg.dsa_splits(K, rows), kg.dsa_head_groups(H, rows)
-    q_t, kv_t, idx_t = f"tensor<?x{H}x{D}x{dt}>", f"tensor<{T}x{D}x{dt}>", f"tensor<?x{K}xi64>"
+    q_t, kv_t, idx_t = f"tensor<?x{H}x{D}x{dt}>", f"tensor<{'?' if T is None else T}x{D}x{dt}>", f"tensor<?x{K}xi64>"
     ml_t, acc_t, out_t = (
         f"tensor<?x{splits}x{H}x2xf32>",
         f"tensor<?x{splits}x{H}x{V}xf32>",
@@ -68,6 +70,11 @@ def function_text(dt: str, H: int, D: int, T: int, K: int, V: int, scale: float,
     rows_const = f"\n    %rows = arith.constant {rows} : i32" if mma else ""
     rows_arg, rows_type = (", %rows", ", i32") if mma else ("", "")
     combine_grid = "%vblocks, %nh, %s" if mma else "%nh, %s"
+    if T is None:  # the pool's rows, at run time
+        t_value = f"%t = tensor.dim %kv, %c0 : {kv_t}\n    %T = arith.index_cast %t : index to i32"
+        kv_dims = "{%t}"
+    else:
+        t_value, kv_dims = f"%T = arith.constant {T} : i32", ""
     return f"""
   func.func private @{function_name(dt, H, D, T, K, V, scale, rows)}(%q: {q_t}, %kv: {kv_t}, %idx: {idx_t}) -> {out_t} {{
     %c0 = arith.constant 0 : index
@@ -79,11 +86,11 @@ def function_text(dt: str, H: int, D: int, T: int, K: int, V: int, scale: float,
     %D = arith.constant {D} : i32
     %K = arith.constant {K} : i32
     %V = arith.constant {V} : i32
-    %T = arith.constant {T} : i32
+    {t_value}
     %scale = arith.constant {kg.f32_bits(scale)} : i32{rows_const}
     %nsplits = arith.constant {splits} : i32
     %ml, %acc = flow.dispatch @{EXECUTABLE}::@{partial}[%splits, %groups, %s](%H, %D, %K, %V, %T, %scale{rows_arg}, %q, %kv, %idx)
-        : (i32, i32, i32, i32, i32, i32{rows_type}, {q_t}{{%s}}, {kv_t}, {idx_t}{{%s}}) -> ({ml_t}{{%s}}, {acc_t}{{%s}})
+        : (i32, i32, i32, i32, i32, i32{rows_type}, {q_t}{{%s}}, {kv_t}{kv_dims}, {idx_t}{{%s}}) -> ({ml_t}{{%s}}, {acc_t}{{%s}})
     %out = flow.dispatch @{EXECUTABLE}::@{combine}[{combine_grid}](%H, %V, %nsplits, %ml, %acc)
         : (i32, i32, i32, {ml_t}{{%s}}, {acc_t}{{%s}}) -> {out_t}{{%s}}
     return %out : {out_t}
@@ -114,9 +121,7 @@ class DsaToCudaKernel(KernelCallPass):
     def refuse(site: DsaAttentionSite) -> str | None:
         """What the kernels cannot take (their dtypes and their shared-memory and register layout)."""
         problem = (
-            "a dynamic cache size T (a paged pool: not supported by this kernel yet)"
-            if site.T is None
-            else f"dtype {site.dtype} (the kernel takes f32 or bf16)"
+            f"dtype {site.dtype} (the kernel takes f32 or bf16)"
             if site.dtype not in kg.DSA_DTYPES
             else f"D={site.D} > {kg.DSA_MAX_D}"
             if site.D > kg.DSA_MAX_D

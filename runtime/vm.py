@@ -26,6 +26,8 @@ Tied outputs (which results alias an argument, measured on IREE 3.13 local-task)
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -56,6 +58,16 @@ def get_device(name: str) -> rt.HalDevice:
     except (RuntimeError, ValueError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise VmError(f"device {name!r} is not available on this machine ({first})") from None
+
+
+def _private_copy(data: bytes) -> str:
+    """A file only this process can write (mode 0600) holding `data`, for mapping: modules are
+    mapped as they always were (IREE's file mapping), not copied from a Python buffer, whose
+    results on the H200 differed at times (docs/perf.md, "The Engine on the H200")."""
+    fd, path = tempfile.mkstemp(prefix="day0-", suffix=".vmfb")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    return path
 
 
 class VmModule:
@@ -116,7 +128,11 @@ class VmModule:
             if vmfb_bytes is None:
                 module = rt.VmModule.mmap(instance, str(vmfb_path))
             else:
-                module = rt.VmModule.copy_buffer(instance, vmfb_bytes)
+                copy = _private_copy(vmfb_bytes)
+                try:
+                    module = rt.VmModule.mmap(instance, copy)
+                finally:
+                    os.unlink(copy)  # the mapping keeps the bytes
         except (RuntimeError, ValueError) as e:
             raise VmError(f"{vmfb_path} is not a loadable IREE module ({str(e).strip().splitlines()[0]})") from None
         if check is not None:

@@ -78,6 +78,17 @@ func.func @odd_bf16(%q: !torch.vtensor<[1,4,60],bf16>, %kv: !torch.vtensor<[50,6
 // CHECK-LABEL: func.func @odd_bf16(
 // CHECK: call @day0_dsa_bf16_H4_D60_T50_K20_V32_s3e000000(
 
+// A paged pool (models/paging.py): T is the pool's row count, chosen at load, so dynamic; the
+// kernels take it as their T push constant, read from the tensor at run time.
+func.func @paged_pool(%q: !torch.vtensor<[3,4,64],bf16>, %kv: !torch.vtensor<[?,64],bf16>, %idx: !torch.vtensor<[3,16],si64>) -> !torch.vtensor<[3,4,64],f32> {
+  %scale = torch.constant.float 0.125
+  %v = torch.constant.int 64
+  %o = torch.operator "torch.day0.dsa_attention"(%q, %kv, %idx, %scale, %v) : (!torch.vtensor<[3,4,64],bf16>, !torch.vtensor<[?,64],bf16>, !torch.vtensor<[3,16],si64>, !torch.float, !torch.int) -> !torch.vtensor<[3,4,64],f32>
+  return %o : !torch.vtensor<[3,4,64],f32>
+}
+// CHECK-LABEL: func.func @paged_pool(
+// CHECK: call @day0_dsa_bf16_H4_D64_Tdyn_K16_V64_s3e000000_r128({{.*}}) : (tensor<?x4x64xbf16>, tensor<?x64xbf16>, tensor<?x16xi64>) -> tensor<?x4x64xf32>
+
 // CHECK: hal.executable.source private @day0_dsa_attention <objects = <{#executable_target_cuda_nvptx_fb = [#hal.executable.object<{path = "dsa_attention.sm_90.ptx", data = dense<"0x{{[0-9A-F]+}}">
 // CHECK: hal.executable.export public @day0_dsa_partial_f32 ordinal(0) layout(#pipeline_layout) count({{.*}}: !hal.device, [[X:%.+]]: index, [[Y:%.+]]: index, [[Z:%.+]]: index)
 // CHECK: hal.return [[X]], [[Y]], [[Z]] : index, index, index
@@ -109,6 +120,12 @@ func.func @odd_bf16(%q: !torch.vtensor<[1,4,60],bf16>, %kv: !torch.vtensor<[50,6
 // CHECK: [[S:%.+]] = tensor.dim %arg0, %c0 : tensor<?x4x64xbf16>
 // CHECK: [[ML:%.+]]:2 = flow.dispatch @day0_dsa_attention::@day0_dsa_partial_bf16_mma[%c1, %c1{{.*}}, [[S]]](%c4_i32, %c64_i32, %c16_i32, %c64_i32{{.*}}, %c32_i32, %c1056964608_i32, %c128_i32, %arg0, %arg1, %arg2) : ({{.*}}) -> (tensor<?x1x4x2xf32>{[[S]]}, tensor<?x1x4x64xf32>{[[S]]})
 // CHECK: flow.dispatch @day0_dsa_attention::@day0_dsa_combine_bf16_mma[%c1{{.*}}, %c4, [[S]]]({{.*}}, %c1_i32, [[ML]]#0, [[ML]]#1) : ({{.*}}) -> tensor<?x4x64xf32>{[[S]]}
+
+// the paged pool's function: T = the pool's rows, from tensor.dim, as the T push constant.
+// CHECK-LABEL: func.func private @day0_dsa_bf16_H4_D64_Tdyn_K16_V64_s3e000000_r128(
+// CHECK: [[T:%.+]] = tensor.dim %arg1, %c0 : tensor<?x64xbf16>
+// CHECK: [[T32:%.+]] = arith.index_cast [[T]] : index to i32
+// CHECK: flow.dispatch @day0_dsa_attention::@day0_dsa_partial_bf16_mma[{{.*}}]({{.*}}, [[T32]], {{.*}}, %arg0, %arg1, %arg2) : ({{.*}}, tensor<?x64xbf16>{[[T]]}, tensor<?x16xi64>{{.*}}
 
 // f32 decode: K = 300 slots -> 3 splits of 128; 8 heads -> 2 groups; scale 0.125 as its f32 bits.
 // CHECK-LABEL: func.func private @day0_dsa_f32_H8_D96_T64_K300_V64_s3e000000(

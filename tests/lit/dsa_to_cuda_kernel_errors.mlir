@@ -29,14 +29,3 @@ func.func @bf16_result(%q: !torch.vtensor<[1,4,64],bf16>, %kv: !torch.vtensor<[6
   %o = torch.operator "torch.day0.dsa_attention"(%q, %kv, %idx, %scale, %v) : (!torch.vtensor<[1,4,64],bf16>, !torch.vtensor<[64,64],bf16>, !torch.vtensor<[1,16],si64>, !torch.float, !torch.int) -> !torch.vtensor<[1,4,64],bf16>
   return %o : !torch.vtensor<[1,4,64],bf16>
 }
-
-// -----
-
-// A paged pool (dynamic T): dsa-to-gather-tiles takes it; the CUDA kernel does not yet.
-func.func @paged_pool(%q: !torch.vtensor<[1,4,64],f32>, %kv: !torch.vtensor<[?,64],f32>, %idx: !torch.vtensor<[1,16],si64>) -> !torch.vtensor<[1,4,64],f32> {
-  %scale = torch.constant.float 0.125
-  %v = torch.constant.int 64
-  // expected-error @+1 {{dsa_attention: the CUDA kernel cannot take a dynamic cache size T (a paged pool: not supported by this kernel yet)}}
-  %o = torch.operator "torch.day0.dsa_attention"(%q, %kv, %idx, %scale, %v) : (!torch.vtensor<[1,4,64],f32>, !torch.vtensor<[?,64],f32>, !torch.vtensor<[1,16],si64>, !torch.float, !torch.int) -> !torch.vtensor<[1,4,64],f32>
-  return %o : !torch.vtensor<[1,4,64],f32>
-}
