@@ -131,20 +131,26 @@ def write_results(a: argparse.Namespace, results: dict) -> None:
     print(f"wrote {out}")
 
 
-def main(argv=None) -> int:
-    from day0.lowering.driver import BuildOptions, compile_checkpoint
+def demo_artifact(work: Path, options) -> tuple[Path, Path]:
+    """(the demo checkpoint, its artifact compiled with `options`) under `work`, made once."""
+    from day0.lowering.driver import compile_checkpoint
     from day0.tools.checkpoints.demo import ensure_demo_checkpoint
+
+    ckpt, artifact = ensure_demo_checkpoint(work / "checkpoint"), work / "artifact"
+    if not (artifact / "manifest.json").exists():
+        compile_checkpoint(ckpt, artifact, options)
+    return ckpt, artifact
+
+
+def main(argv=None) -> int:
+    from day0.lowering.driver import BuildOptions
 
     p = arguments("day0-bench", ".cache/bench", 128, 64, 5)
     p.add_argument("--devices", nargs="+", default=["local-task", "local-sync"])
     a = p.parse_args(argv)
 
-    work = Path(a.workdir)
-    ckpt = ensure_demo_checkpoint(work / "checkpoint")
-    artifact = work / "artifact"
     max_seq_len = 512
-    if not (artifact / "manifest.json").exists():
-        compile_checkpoint(ckpt, artifact, BuildOptions(max_seq_len=max_seq_len))
+    ckpt, artifact = demo_artifact(Path(a.workdir), BuildOptions(max_seq_len=max_seq_len))
     prompt = np.random.default_rng(0).integers(0, 256, a.prompt_len).astype(np.int64)
     torch.set_num_threads(torch.get_num_threads())
 

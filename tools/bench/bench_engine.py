@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from day0.tools.bench.bench_demo import arguments, machine_rates, write_results
+from day0.tools.bench.bench_demo import arguments, demo_artifact, machine_rates, write_results
 
 BATCHES = (1, 4, 16)
 BLOCK = 64
@@ -80,18 +80,13 @@ def step_limit_s(checkpoint: Path, batch: int, context: int, rates: dict) -> tup
 
 
 def main(argv=None) -> int:
-    from day0.lowering.driver import BuildOptions, compile_checkpoint
-    from day0.tools.checkpoints.demo import ensure_demo_checkpoint
+    from day0.lowering.driver import BuildOptions
 
     p = arguments("day0-bench-engine", ".cache/bench-engine", 128, 16, 3)
     a = p.parse_args(argv)
-    work = Path(a.workdir)
-    ckpt = ensure_demo_checkpoint(work / "checkpoint")
-    artifact = work / "artifact"
     max_seq_len = 512
-    if not (artifact / "manifest.json").exists():
-        options = BuildOptions(max_seq_len=max_seq_len, max_batch=max(BATCHES), block_size=BLOCK)
-        compile_checkpoint(ckpt, artifact, options)
+    options = BuildOptions(max_seq_len=max_seq_len, max_batch=max(BATCHES), block_size=BLOCK)
+    ckpt, artifact = demo_artifact(Path(a.workdir), options)
     rates = machine_rates()
     rng = np.random.default_rng(0)
     rows = []
