@@ -47,10 +47,7 @@ class _Prefill(nn.Module):
         ids = ids.clamp(0, self.lm.cfg.vocab_size - 1)
         start = start.clamp(0, self.lm.max_seq_len - ids.shape[0])
         logits, *state = self.lm.step(ids, start, *state, **({"first_turn": True} if self.first_turn else {}))
-        last = logits[-1]
-        best = last.argmax(-1, keepdim=True)
-        best = torch.where(last.sum() * 0 == 0, best, torch.full_like(best, NON_FINITE_TOKEN))
-        return (logits, best, *state)
+        return (logits, greedy_token(logits, batched=False), *state)
 
 
 class _Decode(_Prefill):
@@ -79,14 +76,19 @@ class _PagedStep(nn.Module):
         positions = positions.clamp(0, self.lm.max_seq_len - 1).clamp(max=tables.shape[1] * self.block - 1)
         tables = tables.clamp(0, pools[0].shape[0] // self.block - 1)
         logits, *pools = self.lm.step_paged(ids, positions, tables, *pools, block=self.block)
-        # IREE 3.13's CUDA codegen fails to distribute aten.argmax over the rows of a [B, V] (or a
-        # slice logits[-1:]): one sequence takes the dense entries' 1-D argmax of logits[-1], a
-        # batch a top-1 per row (aten.topk, lowered as every top-k: the lowest id among equals)
-        rows = logits if self.batched else logits[-1]
-        best = rows.topk(1, dim=-1, sorted=False).indices[:, 0] if self.batched else rows.argmax(-1, keepdim=True)
-        finite = rows.sum(-1, keepdim=not self.batched) * 0 == 0  # as in _Prefill
-        best = torch.where(finite, best, torch.full_like(best, NON_FINITE_TOKEN))
-        return (logits, best, *pools)
+        return (logits, greedy_token(logits, self.batched), *pools)
+
+
+def greedy_token(logits, batched: bool):
+    """The greedy token of the last row ([1]) or, batched, of every row ([S]): the lowest id
+    holding the row's max, NON_FINITE_TOKEN where the row is not all finite (_Prefill).
+    IREE 3.13's CUDA codegen fails to distribute aten.argmax over the rows of a [B, V] (or a slice
+    logits[-1:]): one row takes a 1-D argmax of logits[-1], a batch a top-1 per row (aten.topk,
+    lowered as every top-k: the lowest id among equals)."""
+    rows = logits if batched else logits[-1]
+    best = rows.topk(1, dim=-1, sorted=False).indices[:, 0] if batched else rows.argmax(-1, keepdim=True)
+    finite = (rows.sum(-1) if batched else rows.sum()) * 0 == 0
+    return torch.where(finite, best, torch.full_like(best, NON_FINITE_TOKEN))
 
 
 @dataclass(frozen=True)
@@ -105,8 +107,9 @@ def paged_entry_points(paged: PagedExport | None) -> list[str]:
     return ["paged_prefill"] + [f"paged_decode_{b}" for b in paged.batch_sizes]
 
 
-def _paged_wrappers(lm, max_seq_len: int, paged: PagedExport) -> dict:
-    pools = [torch.zeros(2 * paged.block, *s.shape[1:], dtype=s_dtype(s)) for s in lm.state_specs()]
+def _paged_wrappers(lm, max_seq_len: int, paged: PagedExport, state: list) -> dict:
+    """`state`: the model's dense state tensors, whose rows and dtypes the pools take."""
+    pools = [torch.zeros(2 * paged.block, *t.shape[1:], dtype=t.dtype) for t in state]
     blocks = Dim("blocks", min=1, max=-(-max_seq_len // paged.block))  # a table's length
     pool_rows = paged.block * Dim("pool_blocks", min=2)
     pool_shapes = tuple({0: pool_rows} for _ in pools)
@@ -126,10 +129,6 @@ def _paged_wrappers(lm, max_seq_len: int, paged: PagedExport) -> dict:
             (None, None, {1: blocks}, pool_shapes),
         )
     return wrappers
-
-
-def s_dtype(spec) -> torch.dtype:
-    return torch.bfloat16 if spec.dtype == "bfloat16" else torch.float32
 
 
 class _ParametersAsOps(FxImporterHooks):
@@ -196,7 +195,7 @@ def export_model(
     importer = FxImporter(context=context, hooks=_ParametersAsOps())
     modules = {name: (wrapper(lm), args, shapes) for name, (wrapper, args, shapes) in wrappers.items()}
     if paged is not None:
-        modules.update(_paged_wrappers(lm, max_seq_len, paged))
+        modules.update(_paged_wrappers(lm, max_seq_len, paged, state))
     params: set[str] = set()
     for name in entry_points(lm, prefill_chunk) + paged_entry_points(paged):
         module, args, shapes = modules[name]

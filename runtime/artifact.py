@@ -274,10 +274,11 @@ def seal(artifact_dir: Path, manifest: Manifest) -> Manifest:
     return manifest
 
 
-def read_manifest(artifact_dir: Path, verify: bool = True, checkpoint_dir=None) -> Manifest:
+def read_manifest(artifact_dir: Path, verify: bool = True, checkpoint_dir=None, vmfb_hash: bool = True) -> Manifest:
     """The manifest of a complete artifact: the vmfb and the shards must exist with their recorded
     sizes and, with verify, hashes. `checkpoint_dir` replaces the recorded shard directory (the
-    checkpoint moved, e.g. regenerated on another host)."""
+    checkpoint moved, e.g. regenerated on another host). vmfb_hash=False leaves the vmfb's hash to
+    the caller that reads it anyway (read_vmfb, when loading it)."""
     artifact_dir = Path(artifact_dir)
     path = artifact_dir / MANIFEST
     if not artifact_dir.is_dir():
@@ -300,7 +301,7 @@ def read_manifest(artifact_dir: Path, verify: bool = True, checkpoint_dir=None) 
             manifest, parameters=replace(manifest.parameters, base_dir=str(Path(checkpoint_dir).resolve()))
         )
     try:  # without verify, still every file present with its recorded size (no data read)
-        verify_file_records([asdict(manifest.vmfb)], artifact_dir, hashes=verify)
+        verify_file_records([asdict(manifest.vmfb)], artifact_dir, hashes=verify and vmfb_hash)
     except FileRecordError as e:
         raise ArtifactError(f"artifact {artifact_dir}: {e}") from None
     try:
@@ -381,6 +382,13 @@ def read_vmfb(artifact_dir: Path, manifest: Manifest, verify: bool = True) -> by
     except OSError as e:
         raise ArtifactError(f"artifact {artifact_dir}: cannot read {path} ({e.strerror})") from None
     record = manifest.vmfb
-    if len(data) != record.size or (verify and sha256_bytes(data) != record.sha256):
-        raise ArtifactError(f"artifact {artifact_dir}: {path} changed after compile (size or sha256 differs)")
+    if len(data) != record.size:
+        raise ArtifactError(
+            f"artifact {artifact_dir}: {path} changed after compile: size is {len(data)}, recorded {record.size}"
+        )
+    digest = sha256_bytes(data) if verify else record.sha256
+    if digest != record.sha256:
+        raise ArtifactError(
+            f"artifact {artifact_dir}: {path} changed after compile: sha256 is {digest}, recorded {record.sha256}"
+        )
     return data

@@ -84,9 +84,11 @@ class _Sequence:
 
 
 class Engine:
-    def __init__(self, manifest: Manifest, vm, num_blocks: int, chunk: int):
+    def __init__(self, manifest: Manifest, vm, num_blocks: int | None, memory_bytes: int | None, chunk: int):
+        """Engine.load's: `num_blocks` / `memory_bytes` as there."""
         if manifest.paged is None:
             raise EngineError("the artifact has no paged entry points: compile it with --max-batch N for the Engine")
+        num_blocks = _block_count(manifest, num_blocks, memory_bytes)
         self.manifest, self._vm, self.chunk = manifest, vm, chunk
         self.layout = manifest.paged
         self.blocks = BlockPool(num_blocks, self.layout.block_size)
@@ -117,12 +119,7 @@ class Engine:
         if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
             raise EngineError(f"chunk must be an integer >= 1, got {chunk!r}")
         manifest, vm = open_artifact(artifact_dir, device, verify, checkpoint_dir)
-        if manifest.paged is None:
-            raise EngineError(
-                f"artifact {artifact_dir} has no paged entry points: compile it with --max-batch N for the Engine"
-            )
-        blocks = _block_count(manifest, num_blocks, memory_bytes)
-        return cls(manifest, vm, blocks, chunk)
+        return cls(manifest, vm, num_blocks, memory_bytes, chunk)
 
     # -- requests -------------------------------------------------------------------------------
     def add(
@@ -230,7 +227,7 @@ class Engine:
             self._run_decode([seq], progress, prompt_token=True)
             return
         positions = np.arange(start, start + ids.size, dtype=np.int64)
-        table = self._table(seq, start + ids.size)[None, :]
+        table = np.array(self._table(seq, start + ids.size), dtype=np.int64)[None, :]
         out = self._prefill(ids, positions, table, *self._pools)
         logits, nxt, self._pools = out[0], out[1], list(out[2:])
         seq.fed += ids.size
@@ -246,13 +243,12 @@ class Engine:
         size = min(b for b in self._decode if b >= len(seqs))
         ids = np.zeros(size, dtype=np.int64)
         positions = np.zeros(size, dtype=np.int64)
-        width = max(self.blocks.blocks_for(s.fed + 1) for s in seqs)
-        tables = np.full((size, width), SCRATCH_BLOCK, dtype=np.int64)
+        rows = [self._table(s, s.fed + 1) for s in seqs]  # each row's blocks up to its new position
+        tables = np.full((size, max(map(len, rows))), SCRATCH_BLOCK, dtype=np.int64)
         for r, s in enumerate(seqs):
             ids[r] = s.prompt[s.fed] if prompt_token else s.out[-1]
             positions[r] = s.fed
-            t = self.blocks.table(s.id)[: self.blocks.blocks_for(s.fed + 1)]
-            tables[r, : len(t)] = t
+            tables[r, : len(rows[r])] = rows[r]
         out = self._decode[size](ids, positions, tables, *self._pools)
         logits, nxt, self._pools = out[0], out[1], list(out[2:])
         tokens = np.asarray(nxt.to_host()).reshape(-1)
@@ -285,8 +281,9 @@ class Engine:
         elif len(seq.out) >= seq.max_new_tokens:
             seq.finished = p.finished = "length"
 
-    def _table(self, seq: _Sequence, positions: int) -> np.ndarray:
-        return np.array(self.blocks.table(seq.id)[: self.blocks.blocks_for(positions)], dtype=np.int64)
+    def _table(self, seq: _Sequence, positions: int) -> list[int]:
+        """`seq`'s blocks holding its first `positions` positions."""
+        return self.blocks.table(seq.id)[: self.blocks.blocks_for(positions)]
 
 
 def _block_count(manifest: Manifest, num_blocks: int | None, memory_bytes: int | None) -> int:

@@ -16,7 +16,8 @@ def open_artifact(artifact_dir, device: str | None, verify: bool, checkpoint_dir
     """(manifest, runtime.vm.VmModule) of the artifact; `device` None: its target's first."""
     from day0.runtime.vm import VmModule
 
-    manifest = read_manifest(Path(artifact_dir), verify=verify, checkpoint_dir=checkpoint_dir)
+    # the vmfb is hashed once, as the bytes that are loaded (read_vmfb)
+    manifest = read_manifest(Path(artifact_dir), verify=verify, checkpoint_dir=checkpoint_dir, vmfb_hash=False)
     device = manifest.devices[0] if device is None else device
     if device not in manifest.devices:
         raise ArtifactError(
