@@ -61,22 +61,29 @@ class _PrefillFirst(_Prefill):
 
 
 class _PagedStep(nn.Module):
-    """A step over paged pools (models/paging.py): (ids [S], positions [S], tables [G, nb],
-    *pools) -> (logits [S, V], next [G], *pools). G = 1: a prompt chunk of one sequence, `next`
-    the greedy token after its last row; G = S: a batched decode step, one token and one table
-    per sequence, `next` per row. NON_FINITE_TOKEN where a row is not all finite. Ids, positions
-    and table entries are clamped into range as in _Prefill; a pool holds whole blocks."""
+    """A step over paged state (models/paging.py, CausalLM.step_paged): (ids [S], positions [S],
+    tables [G, nb], slots [G], *pools, *slot tensors) -> (logits [S, V], next [G], *pools, *slot
+    tensors). G = 1: a prompt chunk of one sequence, `next` the greedy token after its last row;
+    G = S: a batched decode step, one token, table and slot per sequence, `next` per row.
+    NON_FINITE_TOKEN where a row is not all finite. Ids, positions, table entries and slots are
+    clamped into range as in _Prefill; a pool holds whole blocks."""
 
     def __init__(self, lm, block: int, batched: bool):
         super().__init__()
         self.lm, self.block, self.batched = lm, block, batched
+        pools, _ = lm.paged_state(block)
+        self.pools = len(pools)
+        self.block_rows = pools[0].shape[0] if pools else 0  # the first pool's rows per block
 
-    def forward(self, ids, positions, tables, *pools):
+    def forward(self, ids, positions, tables, slots, *state):
         ids = ids.clamp(0, self.lm.cfg.vocab_size - 1)
         positions = positions.clamp(0, self.lm.max_seq_len - 1).clamp(max=tables.shape[1] * self.block - 1)
-        tables = tables.clamp(0, pools[0].shape[0] // self.block - 1)
-        logits, *pools = self.lm.step_paged(ids, positions, tables, *pools, block=self.block)
-        return (logits, greedy_token(logits, self.batched), *pools)
+        if self.pools:
+            tables = tables.clamp(0, state[0].shape[0] // self.block_rows - 1)
+        if len(state) > self.pools:  # slot tensors follow the pools
+            slots = slots.clamp(0, state[self.pools].shape[0] - 1)
+        logits, *state = self.lm.step_paged(ids, positions, tables, slots, *state, block=self.block)
+        return (logits, greedy_token(logits, self.batched), *state)
 
 
 def greedy_token(logits, batched: bool):
@@ -107,26 +114,29 @@ def paged_entry_points(paged: PagedExport | None) -> list[str]:
     return ["paged_prefill"] + [f"paged_decode_{b}" for b in paged.batch_sizes]
 
 
-def _paged_wrappers(lm, max_seq_len: int, paged: PagedExport, state: list) -> dict:
-    """`state`: the model's dense state tensors, whose rows and dtypes the pools take."""
-    pools = [torch.zeros(2 * paged.block, *t.shape[1:], dtype=t.dtype) for t in state]
+def _paged_wrappers(lm, max_seq_len: int, paged: PagedExport) -> dict:
+    """The paged entry points' modules with example arguments and dynamic dims: pools of a
+    dynamic block count (every pool the same count), slot tensors of a dynamic slot count."""
+    pools, slots = lm.paged_state(paged.block)
+    examples = [torch.zeros(2 * p.shape[0], *p.shape[1:], dtype=getattr(torch, p.dtype)) for p in pools]
+    examples += [torch.zeros(2, *s.shape, dtype=getattr(torch, s.dtype)) for s in slots]
     blocks = Dim("blocks", min=1, max=-(-max_seq_len // paged.block))  # a table's length
-    pool_rows = paged.block * Dim("pool_blocks", min=2)
-    pool_shapes = tuple({0: pool_rows} for _ in pools)
+    pool_blocks, slot_count = Dim("pool_blocks", min=2), Dim("slots", min=2)
+    state_shapes = tuple({0: p.shape[0] * pool_blocks} for p in pools) + tuple({0: slot_count} for _ in slots)
     seq = Dim("seq", min=2, max=max_seq_len)
     zeros = lambda *shape: torch.zeros(*shape, dtype=torch.int64)  # noqa: E731
     wrappers = {
         "paged_prefill": (
             _PagedStep(lm, paged.block, batched=False),
-            (zeros(4), zeros(4), zeros(1, 2), *pools),
-            ({0: seq}, {0: seq}, {1: blocks}, pool_shapes),
+            (zeros(4), zeros(4), zeros(1, 2), zeros(1), *examples),
+            ({0: seq}, {0: seq}, {1: blocks}, None, state_shapes),
         )
     }
     for b in paged.batch_sizes:
         wrappers[f"paged_decode_{b}"] = (
             _PagedStep(lm, paged.block, batched=True),
-            (zeros(b), zeros(b), zeros(b, 2), *pools),
-            (None, None, {1: blocks}, pool_shapes),
+            (zeros(b), zeros(b), zeros(b, 2), zeros(b), *examples),
+            (None, None, {1: blocks}, None, state_shapes),
         )
     return wrappers
 
@@ -195,19 +205,42 @@ def export_model(
     importer = FxImporter(context=context, hooks=_ParametersAsOps())
     modules = {name: (wrapper(lm), args, shapes) for name, (wrapper, args, shapes) in wrappers.items()}
     if paged is not None:
-        modules.update(_paged_wrappers(lm, max_seq_len, paged, state))
+        modules.update(_paged_wrappers(lm, max_seq_len, paged))
     params: set[str] = set()
     for name in entry_points(lm, prefill_chunk) + paged_entry_points(paged):
         module, args, shapes = modules[name]
         with ops.keeping(keep):
             program = torch.export.export(module, args, dynamic_shapes=shapes, strict=False)
         program = program.run_decompositions(decompositions)
+        before = _function_names(importer.module_op)
         importer.import_program(program, func_name=name)
+        _own_private_functions(importer.module_op, name, before)
         params |= {
             s.target.removeprefix("lm.") for s in program.graph_signature.input_specs if s.kind == InputKind.PARAMETER
         }
     _reflect_signatures(importer.module_op, max_seq_len)
     return ExportedModule(mlir=str(importer.module_op), parameters=sorted(params))
+
+
+def _functions(module_op) -> list:
+    return [op for op in module_op.regions[0].blocks[0].operations if op.operation.name == "func.func"]
+
+
+def _function_names(module_op) -> set[str]:
+    return {tm_ir.StringAttr(op.attributes["sym_name"]).value for op in _functions(module_op)}
+
+
+def _own_private_functions(module_op, entry: str, before: set[str]) -> None:
+    """Prefix the functions an entry point's import added beside it (torch.while_loop's cond and
+    body graphs, named `while_loop_body_graph_0` in every program) with the entry's name, so that
+    the next entry point's import cannot add a second function of the same name."""
+    with module_op.context:
+        for op in _functions(module_op):
+            sym = tm_ir.StringAttr(op.attributes["sym_name"]).value
+            if sym != entry and sym not in before:
+                new = f"{entry}__{sym}"
+                tm_ir.SymbolTable.replace_all_symbol_uses(sym, new, module_op)
+                tm_ir.SymbolTable.set_symbol_name(op, new)
 
 
 def _reflect_signatures(module_op, max_seq_len: int) -> None:
@@ -216,9 +249,7 @@ def _reflect_signatures(module_op, max_seq_len: int) -> None:
     at load (runtime/artifact.py, check_signatures), so an edited manifest cannot drive the step
     past its compiled shapes."""
     with module_op.context:
-        for op in module_op.regions[0].blocks[0].operations:
-            if op.operation.name != "func.func":
-                continue
+        for op in _functions(module_op):
             fields = {
                 "day0.entry": tm_ir.StringAttr(op.attributes["sym_name"]).value,
                 "day0.signature": str(tm_ir.TypeAttr(op.attributes["function_type"]).value),

@@ -62,8 +62,13 @@ def keeping(names):
 def indexer_scores(q: Tensor, keys: Tensor, weights: Tensor, scale: float) -> Tensor:
     """The DSA lightning indexer's scores: out[s, t] = Σ_h weights[s, h] · relu(scale · q[s, h]·keys[t]).
 
-    q: [S, H, D] f32; keys: [T, D] (any float dtype, widened); weights: [S, H] f32 -> [S, T] f32.
+    q: [S, H, D] f32; keys: [T, D] (any float dtype, widened), or [S, T, D], one key range per
+    query (a batched decode step over paged caches: models/paging.py, written out as einsums);
+    weights: [S, H] f32 -> [S, T] f32.
     """
+    if keys.dim() == 3:
+        dots = torch.einsum("shd,std->sht", q, keys.float()) * scale
+        return torch.einsum("sh,sht->st", weights, torch.relu(dots))
     if "indexer_scores" in _KEPT.get():
         return torch.ops.day0.indexer_scores(q, keys, weights, scale)
     return indexer_scores_reference(q, keys, weights, scale)

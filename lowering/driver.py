@@ -269,11 +269,12 @@ def paged_export(model, options: BuildOptions):
 
     if not options.max_batch:
         return None
-    if not model.supports_paging:
-        from day0.models.registry import ARCHITECTURES
-
-        paged = sorted(name for name, (_, cls) in ARCHITECTURES.items() if cls.supports_paging)
-        raise BuildError(f"--max-batch: {type(model).__name__} has no paged form yet (paged: {', '.join(paged)})")
+    multiple = model.paged_block_multiple()
+    if options.block_size % multiple:
+        raise BuildError(
+            f"--block-size {options.block_size} is not a multiple of {multiple}: a block must hold whole "
+            f"k-pools of the indexer (index_kpool = {multiple} in config.json)"
+        )
     sizes = tuple(b for b in BATCH_SIZES if b < options.max_batch) + (options.max_batch,)
     return PagedExport(options.block_size, sizes)
 
@@ -283,19 +284,19 @@ def paged_entry_points(paged) -> dict:
 
     if paged is None:
         return {}
-    pools = "*pools (paged.pools, block count chosen at load)"
+    state = "*pools, *slots (paged.pools, blocks chosen at load; paged.slots, slots chosen at load)"
     out = {
         "paged_prefill": EntryPoint(
-            ("ids[S] int64", "positions[S] int64", "tables[1,nb] int64", pools),
-            ("logits[S,V] float32", NEXT, pools),
+            ("ids[S] int64", "positions[S] int64", "tables[1,nb] int64", "slots[1] int64", state),
+            ("logits[S,V] float32", NEXT, state),
             min_len=2,
             layout="paged",
         )
     }
     for b in paged.batch_sizes:
         out[f"paged_decode_{b}"] = EntryPoint(
-            (f"ids[{b}] int64", f"positions[{b}] int64", f"tables[{b},nb] int64", pools),
-            (f"logits[{b},V] float32", f"next[{b}] int64 (per row, -1 where not finite)", pools),
+            (f"ids[{b}] int64", f"positions[{b}] int64", f"tables[{b},nb] int64", f"slots[{b}] int64", state),
+            (f"logits[{b},V] float32", f"next[{b}] int64 (per row, -1 where not finite)", state),
             layout="paged",
             batch=b,
         )
@@ -303,13 +304,14 @@ def paged_entry_points(paged) -> dict:
 
 
 def paged_layout(model, options: BuildOptions, paged):
-    from day0.runtime.artifact import PagedLayout, StateTensor
+    from day0.runtime.artifact import PagedLayout
 
     if paged is None:
         return None
-    block = paged.block
-    pools = tuple(StateTensor(s.name, s.kind, s.layer, (block, *s.shape[1:]), s.dtype) for s in model.state_specs())
-    return PagedLayout(block, -(-options.max_seq_len // block), paged.batch_sizes, pools)
+    pools, slots = model.paged_state(paged.block)
+    return PagedLayout(
+        paged.block, -(-options.max_seq_len // paged.block), paged.batch_sizes, tuple(pools), tuple(slots)
+    )
 
 
 def check_options(options: BuildOptions) -> None:

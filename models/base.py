@@ -1,8 +1,9 @@
 """What every day0 architecture shares: explicit device state, uninitialized construction in the
 checkpoint's dtypes, and the RoPE table.
 
-An architecture subclasses `CausalLM`, provides `state_specs()`, `step(ids, start, *state)` and
-`rope_dim()`, and declares the capabilities below that differ from their defaults; its module
+An architecture subclasses `CausalLM`, provides `state_specs()`, `step(ids, start, *state)`,
+`_run(ids, view, state)` (the step over caches addressed through a models/paging.py view, which
+`step_paged` uses) and `rope_dim()`, and declares the capabilities below that differ from their defaults; its module
 tree mirrors the checkpoint's tensor names exactly.
 """
 
@@ -10,6 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from day0.models.layers import RMSNorm, rope_table
+from day0.models.paging import CacheView, paged_view
 from day0.runtime.artifact import StateTensor
 
 
@@ -33,6 +35,8 @@ class Backbone(nn.Module):
 
 
 CACHE_DTYPES = ("float32", "bfloat16")
+# state of a fixed size per sequence (not per position): a paged step keeps it in slots
+SEQUENCE_KINDS = frozenset({"conv_tail", "kda_state"})
 
 
 class CausalLM(nn.Module):
@@ -50,9 +54,6 @@ class CausalLM(nn.Module):
     supports_bf16_cache: bool = False
     # checkpoint tensors the model never reads (globs or regexes, Checkpoint.check_expected)
     unused_tensors: tuple[str, ...] = ()
-    # step_paged(ids, positions, tables, *pools, block) exists: the caches of state_specs as pools
-    # of blocks shared by many sequences (models/paging.py; the paged entry points)
-    supports_paging: bool = False
 
     def selection_width(self) -> int | None:
         """K, the number of positions the DSA indexer selects per query (None: no DSA op)."""
@@ -108,6 +109,62 @@ class CausalLM(nn.Module):
 
     def empty_state(self) -> list[Tensor]:
         return [torch.zeros(s.shape, dtype=getattr(torch, s.dtype)) for s in self.state_specs()]
+
+    def positions_per_row(self, spec: StateTensor) -> int:
+        """Positions one row of a position-indexed state tensor covers (1 but for pooled keys)."""
+        return 1
+
+    def paged_block_multiple(self) -> int:
+        """What a paged block size must be a multiple of (pooled rows fill whole blocks)."""
+        return 1
+
+    def paged_state(self, block: int) -> tuple[list[StateTensor], list[StateTensor]]:
+        """The paged entry points' state: (pools, slots). Pools: each position-indexed tensor of
+        state_specs with one block's rows (a pool of n blocks has n times as many); slots: each
+        per-sequence tensor (SEQUENCE_KINDS) with one sequence's shape (n slots: [n, *shape]).
+        state_specs order within each; the entry points take the pools, then the slots."""
+        pools, slots = [], []
+        for s in self.state_specs():
+            if s.kind in SEQUENCE_KINDS:
+                slots.append(s)
+            else:
+                pools.append(
+                    StateTensor(s.name, s.kind, s.layer, (block // self.positions_per_row(s), *s.shape[1:]), s.dtype)
+                )
+        return pools, slots
+
+    def step_paged(
+        self, ids: Tensor, positions: Tensor, tables: Tensor, slots: Tensor, *state: Tensor, block: int
+    ) -> tuple[Tensor, ...]:
+        """Run ids [S] at `positions` [S] over paged state (paged_state: the pools, then the slot
+        tensors), through block tables [G, nb] and state slots [G]: G = 1, the tokens of one
+        sequence; G = S, token s is its own sequence's (a batched decode step; models/paging.py).
+        A sequence at position 0 starts from empty per-sequence state, whatever its slot held.
+        Returns (logits [S, V], *pools, *slot tensors)."""
+        specs = self.state_specs()
+        per_sequence = [s.kind in SEQUENCE_KINDS for s in specs]
+        pools, slotted = list(state[: per_sequence.count(False)]), list(state[per_sequence.count(False) :])
+        one = tables.shape[0] == 1  # one sequence: its slot's state without the slot dim
+        fresh = (positions[:1] if one else positions) == 0  # [G]
+        rows, taken_pools, taken_slots = [], iter(pools), iter(slotted)
+        for is_seq in per_sequence:
+            if not is_seq:
+                rows.append(next(taken_pools))
+                continue
+            held = next(taken_slots).index_select(0, slots)  # [G, *shape]
+            held = torch.where(fresh.view(-1, *[1] * (held.dim() - 1)), torch.zeros_like(held), held)
+            rows.append(held[0] if one else held)
+        logits, *new = self._run(ids, paged_view(positions, tables, block), rows)
+        out_pools = [t for t, is_seq in zip(new, per_sequence) if not is_seq]
+        out_slots = [
+            full.index_copy(0, slots, t[None] if one else t)
+            for full, t in zip(slotted, (t for t, is_seq in zip(new, per_sequence) if is_seq))
+        ]
+        return (logits, *out_pools, *out_slots)
+
+    def _run(self, ids: Tensor, view: CacheView, state: list[Tensor]) -> tuple[Tensor, ...]:
+        """ids [S] over `state` (state_specs order) addressed through `view` -> (logits [S, V], *state)."""
+        raise NotImplementedError
 
     def rope_at(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         """cos, sin [S, rope_dim/2] at positions [S]."""

@@ -28,7 +28,7 @@ from day0.models.config import (
 from day0.models.layers import MLP, RMSNorm
 from day0.models.mla import SparseMLA
 from day0.models.moe import MoE
-from day0.models.paging import CacheView, dense_view, paged_view
+from day0.models.paging import CacheView, dense_view
 from day0.runtime.artifact import StateTensor
 
 MODEL_TYPE = "deepseek_v32"
@@ -108,8 +108,6 @@ class DeepseekV32(CausalLM):
     position_indexed_state = True
     supports_bf16_cache = True
 
-    supports_paging = True
-
     def __init__(self, cfg, max_seq_len: int, cache_dtype: str = "float32"):
         super().__init__(cfg, max_seq_len, cache_dtype)
         self.model = Backbone(cfg, DecoderLayer)
@@ -141,24 +139,13 @@ class DeepseekV32(CausalLM):
         visible and the indexer scores S columns instead of max_seq_len (the dominant prefill
         cost: docs/perf.md)."""
         positions = start + torch.arange(ids.shape[0], dtype=torch.int64)  # [S]
-        rope = self.rope_at(positions)
         keys = ids.shape[0] if first_turn else self.max_seq_len  # L, the key range
-        return self._run(ids, rope, dense_view(positions, keys), state)
+        return self._run(ids, dense_view(positions, keys), state)
 
-    def step_paged(
-        self, ids: Tensor, positions: Tensor, tables: Tensor, *pools: Tensor, block: int
-    ) -> tuple[Tensor, ...]:
-        """Run ids [S] at `positions` [S] over paged pools (the caches of state_specs with NB·block
-        rows each, NB chosen by the caller) through block tables [G, nb] (G = 1: the tokens of one
-        sequence; G = S: token s is its own sequence's, a batched decode step; models/paging.py).
-        Returns (logits [S, V], *pools)."""
-        rope = self.rope_at(positions)
-        return self._run(ids, rope, paged_view(positions, tables, block), pools)
-
-    def _run(self, ids: Tensor, rope: tuple[Tensor, Tensor], view: CacheView, state) -> tuple[Tensor, ...]:
+    def _run(self, ids: Tensor, view: CacheView, state) -> tuple[Tensor, ...]:
         n = self.cfg.num_hidden_layers
         kv_caches, index_caches = list(state[:n]), list(state[n:])
-        cos, sin = rope
+        cos, sin = self.rope_at(view.positions)
         h = self.model.embed_tokens.weight.index_select(0, ids).float()  # [S, hidden]
         for i, layer in enumerate(self.model.layers):
             h, kv_caches[i], index_caches[i] = layer(

@@ -67,11 +67,7 @@ class Indexer(nn.Module):
         q = torch.cat([rotate_half_split(q[..., : self.rope_dim], cos, sin), q[..., self.rope_dim :]], -1)
         weights = linear(x, self.weights_proj) * self.heads**-0.5  # [S, H_I]
         # Σ_h w_h · relu(q_h · k_t / sqrt(d_I)): [S, L]
-        if key_cache.dim() == 3:  # one key range per query: the op's reference form, batched
-            dots = torch.einsum("shd,sld->shl", q, key_cache.float()) * self.head_dim**-0.5
-            index = torch.einsum("sh,shl->sl", weights, torch.relu(dots))
-        else:
-            index = ops.indexer_scores(q, key_cache, weights, self.head_dim**-0.5)
+        index = ops.indexer_scores(q, key_cache, weights, self.head_dim**-0.5)
         index = index.masked_fill(~visible, INVISIBLE)
         # k empty columns keep top-k defined when fewer than k keys are in range (a short first
         # prefill over its own L = S keys); they come back as -1 like any invisible slot.

@@ -42,6 +42,7 @@ from day0.models.layers import MLP, RMSNorm
 from day0.models.mhc import hc_merge, hc_parameters, hc_weights
 from day0.models.mla import NopeMLA
 from day0.models.moe import MoE
+from day0.models.paging import CacheView, dense_view
 from day0.runtime.artifact import StateTensor
 
 MODEL_TYPE = "glm5_next"
@@ -197,15 +198,17 @@ class DsaAttention(NopeMLA):
             )
 
     def forward(
-        self, x: Tensor, positions: Tensor, selected: Tensor | None, kv_cache: Tensor, *indexer_state: Tensor
+        self, x: Tensor, view: CacheView, selected: Tensor | None, pools: int, kv_cache: Tensor, *indexer_state: Tensor
     ) -> tuple[Tensor, ...]:
-        """x [S, hidden]; selected: the previous full layer's selection (shared layers) or None;
-        returns (out [S, hidden], selected [S, K], kv_cache, *indexer_state)."""
+        """x [S, hidden]; caches addressed through `view` (models/paging.py); selected: the
+        previous full layer's selection, cache rows [S, K] (shared layers) or None; pools: the
+        number of pools the indexer selects (static). Returns (out [S, hidden], selected,
+        kv_cache, *indexer_state)."""
         q_resid, query = self.queries(x)
-        kv_cache = self.write_cache(x, positions, kv_cache)
+        kv_cache = self.write_cache(x, view.rows, kv_cache)
         if hasattr(self, "indexer"):
-            indexer_state = self.indexer.update(x, positions, *indexer_state)
-            selected = self.indexer.select(x, q_resid, positions, indexer_state[1])
+            indexer_state = self.indexer.update(x, view, *indexer_state)
+            selected = view.physical(self.indexer.select(x, q_resid, view, indexer_state[1], pools))
         o_latent = torch.ops.day0.dsa_attention(query, kv_cache, selected, self.scale, self.rank)
         return self.output(o_latent), selected, kv_cache, *indexer_state
 
@@ -234,15 +237,15 @@ class DecoderLayer(nn.Module):
     def state_count(self) -> int:
         return 2 if self.is_kda else (3 if self.full_indexer else 1)
 
-    def forward(self, h: Tensor, positions: Tensor, selected: Tensor | None, *state: Tensor) -> tuple:
-        """h: streams [S, N, hidden]; returns (h, selected or None, *state)."""
+    def forward(self, h: Tensor, view: CacheView, selected: Tensor | None, pools: int, *state: Tensor) -> tuple:
+        """h: streams [S, N, hidden]; returns (h, selected or None, *state) (DsaAttention.forward)."""
         post, comb, x = hc_weights(h, self.hc_attn_fn, self.hc_attn_base, self.hc_attn_scale, *self.hc)
         x = self.input_layernorm(x)
         if self.is_kda:
             a, *state = self.self_attn(x, *state, chunked=x.shape[0] > 1)
             selected = None
         else:
-            a, selected, *state = self.self_attn(x, positions, selected, *state)
+            a, selected, *state = self.self_attn(x, view, selected, pools, *state)
         h = hc_merge(post, comb, a, h)
         post, comb, x = hc_weights(h, self.hc_ffn_fn, self.hc_ffn_base, self.hc_ffn_scale, *self.hc)
         h = hc_merge(post, comb, self.mlp(self.post_attention_layernorm(x)), h)
@@ -268,12 +271,14 @@ class Glm5Next(CausalLM):
     def rope_dim(self) -> int:
         return 0  # NoPE everywhere
 
+    def _indexer(self) -> KPoolIndexer | None:
+        """The first full indexer (every one has the same sizes), None without DSA layers."""
+        return next((layer.self_attn.indexer for layer in self.layers if layer.full_indexer), None)
+
     def selection_width(self) -> int | None:
         """K of the DSA op (None without DSA layers)."""
-        for layer in self.layers:
-            if layer.full_indexer:
-                return layer.self_attn.indexer.width(self.max_seq_len)
-        return None
+        indexer = self._indexer()
+        return None if indexer is None else indexer.width(self.max_seq_len)
 
     def dsa_block(self) -> int:
         """The selection's block size (the llvm-cpu pipeline gathers whole blocks,
@@ -300,18 +305,30 @@ class Glm5Next(CausalLM):
                 ]
         return specs
 
+    def positions_per_row(self, spec: StateTensor) -> int:
+        return self.cfg.index_kpool if spec.kind == "indexer_pools" else 1
+
+    def paged_block_multiple(self) -> int:
+        """A paged block must hold whole k-pools (models/paging.py CacheView.pool_rows)."""
+        return self.cfg.index_kpool if self.selection_width() is not None else 1
+
     def step(self, ids: Tensor, start: Tensor, *state: Tensor, trace: list | None = None) -> tuple[Tensor, ...]:
         """Run ids [S] at positions start..start+S-1 over the state; returns (logits [S, V], *state).
         trace: a list that receives (layer, selection) for every DSA layer (tests)."""
+        positions = start + torch.arange(ids.shape[0], dtype=torch.int64)  # [S]
+        return self._run(ids, dense_view(positions, self.max_seq_len), state, trace)
+
+    def _run(self, ids: Tensor, view: CacheView, state, trace: list | None = None) -> tuple[Tensor, ...]:
         state = list(state)
         lm = self.model.language_model
-        positions = start + torch.arange(ids.shape[0], dtype=torch.int64)  # [S]
         x = lm.embed_tokens.weight.index_select(0, ids).float()  # [S, hidden]
         h = x[:, None, :].expand(-1, self.cfg.hc_mult, -1)  # [S, N, hidden]
+        indexer = self._indexer()
+        pools = indexer.selected_pools(self.max_seq_len) if indexer is not None else 0
         selected, at = None, 0
         for i, layer in enumerate(lm.layers):
             n = layer.state_count()
-            h, selected, *state[at : at + n] = layer(h, positions, selected, *state[at : at + n])
+            h, selected, *state[at : at + n] = layer(h, view, selected, pools, *state[at : at + n])
             if trace is not None and selected is not None:
                 trace.append((i, selected))
             at += n

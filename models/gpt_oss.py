@@ -20,7 +20,7 @@ from day0.models.attention import SinkAttention
 from day0.models.base import Backbone, CausalLM
 from day0.models.config import COMMON_FIELDS, NumberFields, require, require_static_rope, transformers_config
 from day0.models.layers import RMSNorm
-from day0.models.paging import CacheView, dense_view, paged_view
+from day0.models.paging import CacheView, dense_view
 from day0.runtime.artifact import StateTensor
 
 MODEL_TYPE = "gpt_oss"
@@ -208,7 +208,6 @@ class GptOss(CausalLM):
     checkpoint; `step` is the functional entry point for both prefill and decode."""
 
     position_indexed_state = True  # every K/V row belongs to one position (models/base.py)
-    supports_paging = True
 
     def __init__(self, cfg, max_seq_len: int, cache_dtype: str = "float32"):
         super().__init__(cfg, max_seq_len, cache_dtype)
@@ -231,12 +230,6 @@ class GptOss(CausalLM):
         """Run ids [S] at positions start..start+S-1 over the state; returns (logits [S, V], *state)."""
         positions = start + torch.arange(ids.shape[0], dtype=torch.int64)  # [S]
         return self._run(ids, dense_view(positions, self.max_seq_len), state)
-
-    def step_paged(
-        self, ids: Tensor, positions: Tensor, tables: Tensor, *pools: Tensor, block: int
-    ) -> tuple[Tensor, ...]:
-        """step over paged pools through block tables [G, nb] (as DeepseekV32.step_paged)."""
-        return self._run(ids, paged_view(positions, tables, block), pools)
 
     def _run(self, ids: Tensor, view: CacheView, state) -> tuple[Tensor, ...]:
         n = self.cfg.num_hidden_layers

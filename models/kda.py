@@ -44,14 +44,21 @@ def require_kda_sizes(cfg, heads_field: str, conv_field: str) -> None:
 
 
 def kda_recurrent(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
-    q = q * q.shape[-1] ** -0.5
     outs = []
     for t in range(q.shape[0]):
-        state = state * g[t].exp()[..., None]  # [H, K, V]
-        delta = (v[t] - torch.einsum("hkv,hk->hv", state, k[t])) * beta[t][:, None]  # [H, V]
-        state = state + k[t][..., None] * delta[:, None, :]
-        outs.append(torch.einsum("hkv,hk->hv", state, q[t]))
+        o, state = kda_token(q[t], k[t], v[t], g[t], beta[t], state)
+        outs.append(o)
     return torch.stack(outs), state
+
+
+def kda_token(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
+    """One token of the delta rule: q, k, g [..., H, K]; v [..., H, V]; beta [..., H]; state
+    [..., H, K, V] -> (o [..., H, V], state). Leading dims are independent sequences (a batched
+    decode step gives each row its own state)."""
+    state = state * g.exp()[..., None]
+    delta = (v - torch.einsum("...hkv,...hk->...hv", state, k)) * beta[..., None]
+    state = state + k[..., None] * delta[..., None, :]
+    return torch.einsum("...hkv,...hk->...hv", state, q * q.shape[-1] ** -0.5), state
 
 
 def unit_lower_inverse(a: Tensor, block: int = 16) -> Tensor:
@@ -225,19 +232,29 @@ class KdaAttention(nn.Module):
         return -rate * softplus
 
     def forward(self, x: Tensor, conv: Tensor, rec: Tensor, chunked: bool) -> tuple[Tensor, Tensor, Tensor]:
-        """x [S, hidden] f32; conv [3·H·K, kernel-1]; rec [H, K, K]."""
+        """x [S, hidden] f32; conv [3·H·K, kernel-1]; rec [H, K, K]: S tokens of one sequence.
+        With conv [S, 3·H·K, kernel-1] and rec [S, H, K, K], row s of x is the one new token of
+        sequence s (a batched decode step: each row has its own state)."""
         s, h, d = x.shape[0], self.heads, self.head_dim
-        mixed = torch.cat([linear(x, self.q_proj), linear(x, self.k_proj), linear(x, self.v_proj)], -1).T  # [C, S]
-        window = torch.cat([conv, mixed], dim=1)  # [C, kernel-1+S]
+        mixed = torch.cat([linear(x, self.q_proj), linear(x, self.k_proj), linear(x, self.v_proj)], -1)  # [S, C]
         weight = torch.cat([self.q_conv1d.weight, self.k_conv1d.weight, self.v_conv1d.weight]).float()
-        out = F.conv1d(window[None], weight, groups=window.shape[0])[0]  # [C, S]
-        conv = window[:, -(self.kernel - 1) :]
-        q, k, v = F.silu(out).T.split(h * d, dim=-1)
+        if conv.dim() == 3:  # one token per sequence: the conv is a dot of each window with its taps
+            window = torch.cat([conv, mixed[:, :, None]], dim=2)  # [S, C, kernel]
+            out = (window * weight[:, 0]).sum(-1)  # [S, C]
+            conv = window[:, :, 1:]
+        else:
+            window = torch.cat([conv, mixed.T], dim=1)  # [C, kernel-1+S]
+            out = F.conv1d(window[None], weight, groups=window.shape[0])[0].T  # [S, C]
+            conv = window[:, -(self.kernel - 1) :]
+        q, k, v = F.silu(out).split(h * d, dim=-1)
         q, k, v = (t.reshape(s, h, d) for t in (q, k, v))
         g = self.forget_gate(x)
         beta = torch.sigmoid(linear(x, self.b_proj))
-        kda = kda_chunked if chunked else kda_recurrent
-        o, rec = kda(l2norm(q), l2norm(k), v, g, beta, rec, **({"chunk": self.chunk} if chunked else {}))
+        if rec.dim() == 4:
+            o, rec = kda_token(l2norm(q), l2norm(k), v, g, beta, rec)
+        else:
+            kda = kda_chunked if chunked else kda_recurrent
+            o, rec = kda(l2norm(q), l2norm(k), v, g, beta, rec, **({"chunk": self.chunk} if chunked else {}))
         gate = linear(linear(x, self.g_a_proj), self.g_b_proj).view(s, h, d)
         o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + self.o_norm_eps) * self.o_norm.weight.float()
         o = o * torch.sigmoid(gate)

@@ -40,6 +40,7 @@ from day0.models.kda import KdaAttention, require_kda_sizes
 from day0.models.layers import MLP, RMSNorm
 from day0.models.mla import NopeMLA
 from day0.models.moe import Experts, MoE, Mxfp4Expert, Mxfp4Experts, Router
+from day0.models.paging import CacheView, dense_view
 from day0.runtime.artifact import StateTensor
 
 MODEL_TYPE = "kimi_linear"
@@ -229,13 +230,13 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, h: Tensor, positions: Tensor, visible: Tensor, *state: Tensor) -> tuple[Tensor, ...]:
+    def forward(self, h: Tensor, view: CacheView, *state: Tensor) -> tuple[Tensor, ...]:
         """state: (kv_cache,) for MLA, (conv_tail, kda_state) for KDA; returned updated."""
         x = self.input_layernorm(h)
         if self.is_kda:
             a, *state = self.self_attn(x, *state, chunked=x.shape[0] > 1)
         else:
-            a, *state = self.self_attn(x, positions, visible, *state)
+            a, *state = self.self_attn(x, view, *state)
         h = h + a
         return h + getattr(self, self.ffn_name)(self.post_attention_layernorm(h)), *state
 
@@ -271,14 +272,16 @@ class KimiLinear(CausalLM):
 
     def step(self, ids: Tensor, start: Tensor, *state: Tensor) -> tuple[Tensor, ...]:
         """Run ids [S] at positions start..start+S-1 over the state; returns (logits [S, V], *state)."""
-        state = list(state)
         positions = start + torch.arange(ids.shape[0], dtype=torch.int64)  # [S]
-        visible = torch.arange(self.max_seq_len, dtype=torch.int64)[None, :] <= positions[:, None]  # [S, T]
+        return self._run(ids, dense_view(positions, self.max_seq_len), state)
+
+    def _run(self, ids: Tensor, view: CacheView, state) -> tuple[Tensor, ...]:
+        state = list(state)
         h = self.model.embed_tokens.weight.index_select(0, ids).float()  # [S, hidden]
         at = 0
         for layer in self.model.layers:
             n = 2 if layer.is_kda else 1
-            h, *state[at : at + n] = layer(h, positions, visible, *state[at : at + n])  # (slice target)
+            h, *state[at : at + n] = layer(h, view, *state[at : at + n])  # (slice target)
             at += n
         h = self.model.norm(h)
         return (h @ self.lm_head.weight.float().T, *state)

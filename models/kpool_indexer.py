@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from day0.frontend import ops
 from day0.models.dsa_indexer import INVISIBLE, select_topk
 from day0.models.layers import linear
+from day0.models.paging import CacheView
 
 
 class KPoolIndexer(nn.Module):
@@ -75,36 +76,42 @@ class KPoolIndexer(nn.Module):
         probs = torch.softmax(gate + self.index_kpool_compress_ape.float(), dim=1)
         return (probs * keys).sum(1)
 
-    def update(self, x: Tensor, positions: Tensor, token_cache: Tensor, pool_cache: Tensor) -> tuple[Tensor, Tensor]:
-        """Write the new tokens' rows and rewrite the pools they touch; returns both caches."""
-        token_cache = token_cache.index_copy(0, positions, self.token_rows(x))
-        if x.shape[0] == 1:
-            pool = positions // self.kpool
+    def update(self, x: Tensor, view: CacheView, token_cache: Tensor, pool_cache: Tensor) -> tuple[Tensor, Tensor]:
+        """Write the new tokens' rows and rewrite the pools they touch; returns both caches.
+        Caches addressed through `view` (dense, or paged pools whose blocks hold whole pools)."""
+        token_cache = token_cache.index_copy(0, view.rows, self.token_rows(x))
+        if x.shape[0] == 1 or view.per_query:  # one new token per sequence: the pool holding it
+            pool = view.rows // self.kpool
             pool_cache = pool_cache.index_copy(0, pool, self.pool_keys(token_cache, pool))
-        else:
+        elif view.key_rows is None:  # a dense prompt: every pool (static shape)
             pool_cache = self.pool_keys(token_cache, torch.arange(pool_cache.shape[0], dtype=torch.int64))
+        else:  # a paged prompt chunk: every pool of its sequence up to the chunk's end
+            pool = view.pool_rows(self.kpool)[0]
+            pool_cache = pool_cache.index_copy(0, pool, self.pool_keys(token_cache, pool))
         return token_cache, pool_cache
 
-    def pool_scores(self, x: Tensor, q_resid: Tensor, positions: Tensor, pool_cache: Tensor) -> Tensor:
-        """I [S, P] with INVISIBLE where a pool is not complete at the query's position."""
+    def pool_scores(self, x: Tensor, q_resid: Tensor, view: CacheView, pool_cache: Tensor) -> Tensor:
+        """I [S, L/kpool] over the key range's pools, INVISIBLE where a pool is not complete at
+        the query's position."""
         s = x.shape[0]
         q = linear(q_resid, self.wq_b).view(s, self.heads, self.head_dim)
         weights = linear(x, self.weights_proj) * self.heads**-0.5  # [S, H_I]
-        scores = ops.indexer_scores(q, pool_cache, weights, self.head_dim**-0.5)  # [S, P]
-        complete = (positions[:, None] + 1) // self.kpool  # pools whose end is visible
-        visible = torch.arange(pool_cache.shape[0], dtype=torch.int64)[None, :] < complete
+        keys = view.gather_pools(pool_cache, self.kpool)  # [P, d_I], or [S, P, d_I] per query
+        scores = ops.indexer_scores(q, keys, weights, self.head_dim**-0.5)  # [S, P]
+        complete = (view.positions[:, None] + 1) // self.kpool  # pools whose end is visible
+        visible = torch.arange(scores.shape[1], dtype=torch.int64)[None, :] < complete
         return scores.masked_fill(~visible, INVISIBLE)
 
-    def select(self, x: Tensor, q_resid: Tensor, positions: Tensor, pool_cache: Tensor) -> Tensor:
-        """Selected positions [S, K] int64 (-1 = empty): whole pools, then the visible tail."""
-        n = min(self.topk // self.kpool, pool_cache.shape[0])
-        scores = F.pad(self.pool_scores(x, q_resid, positions, pool_cache), (0, n), value=INVISIBLE)
+    def select(self, x: Tensor, q_resid: Tensor, view: CacheView, pool_cache: Tensor, n: int) -> Tensor:
+        """Selected slots [S, K] of the key range, int64 (-1 = empty): the top `n` whole pools
+        (n = selected_pools(max_seq_len), static), then the visible tail."""
+        scores = F.pad(self.pool_scores(x, q_resid, view, pool_cache), (0, n), value=INVISIBLE)
         pools = select_topk(scores, n)  # [S, n]
         offsets = torch.arange(self.kpool, dtype=torch.int64)
         tokens = torch.where(pools[..., None] >= 0, pools[..., None] * self.kpool + offsets, -1).reshape(x.shape[0], -1)
         if not self.select_tail:
             return tokens
-        seen = positions[:, None] + 1  # [S, 1] tokens visible to the query
+        seen = view.positions[:, None] + 1  # [S, 1] tokens visible to the query
         count = seen % self.kpool
         tail = (seen - count) + offsets[: self.kpool - 1]  # [S, kpool - 1]
         return torch.cat([tokens, torch.where(offsets[: self.kpool - 1] < count, tail, -1)], -1)

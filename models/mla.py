@@ -132,14 +132,16 @@ class NopeMLA(nn.Module):
         self.o_proj = nn.Linear(self.heads * self.v, hidden, bias=bias)
         self.scale = (self.nope + self.shared) ** -0.5
 
-    def forward(self, x: Tensor, positions: Tensor, visible: Tensor, kv_cache: Tensor) -> tuple[Tensor, Tensor]:
-        """x [S, hidden] at `positions` [S]; visible [S, T] bool; kv_cache [T, rank + shared].
-        Returns (out [S, hidden], kv_cache) with the new rows written."""
+    def forward(self, x: Tensor, view: CacheView, kv_cache: Tensor) -> tuple[Tensor, Tensor]:
+        """x [S, hidden]; kv_cache [T, rank + shared] addressed through `view` (dense, or a paged
+        pool: models/paging.py). Returns (out [S, hidden], kv_cache) with the new rows written."""
         _, query = self.queries(x)
-        kv_cache = self.write_cache(x, positions, kv_cache)
-        scores = torch.einsum("shd,td->sht", query, kv_cache) * self.scale
-        probs = torch.softmax(scores.masked_fill(~visible[:, None, :], float("-inf")), dim=-1)
-        return self.output(torch.einsum("sht,tr->shr", probs, kv_cache[:, : self.rank])), kv_cache
+        kv_cache = self.write_cache(x, view.rows, kv_cache)
+        keys = view.gather(kv_cache)  # [L, rank + shared], or [S, L, rank + shared] per query
+        each = "s" if view.per_query else ""
+        scores = torch.einsum(f"shd,{each}ld->shl", query, keys) * self.scale
+        probs = torch.softmax(scores.masked_fill(~view.visible[:, None, :], float("-inf")), dim=-1)
+        return self.output(torch.einsum(f"shl,{each}lr->shr", probs, keys[..., : self.rank])), kv_cache
 
     def queries(self, x: Tensor) -> tuple[Tensor | None, Tensor]:
         """(q_resid [S, q_lora_rank] or None without a q LoRA, absorbed queries [S, H, rank + shared])."""
@@ -154,11 +156,11 @@ class NopeMLA(nn.Module):
         q_latent = absorb_uk(q[..., : self.nope], self._w_kv()[:, : self.nope])
         return q_resid, torch.cat([q_latent, q[..., self.nope :]], -1)
 
-    def write_cache(self, x: Tensor, positions: Tensor, kv_cache: Tensor) -> Tensor:
-        """kv_cache with the rows [latent | k_shared] of x [S, hidden] written at `positions`."""
+    def write_cache(self, x: Tensor, rows: Tensor, kv_cache: Tensor) -> Tensor:
+        """kv_cache with the rows [latent | k_shared] of x [S, hidden] written at cache `rows` [S]."""
         compressed = linear(x, self.kv_a_proj_with_mqa)
         latent = self.kv_a_layernorm(compressed[:, : self.rank])
-        return kv_cache.index_copy(0, positions, torch.cat([latent, compressed[:, self.rank :]], -1))
+        return kv_cache.index_copy(0, rows, torch.cat([latent, compressed[:, self.rank :]], -1))
 
     def output(self, o_latent: Tensor) -> Tensor:
         """Attention output in the latent space [S, H, rank] -> [S, hidden] (W_uv, then o_proj)."""

@@ -60,6 +60,23 @@ class CacheView:
         rows = cache.index_select(0, self.key_rows.reshape(-1)).view(*self.key_rows.shape, *cache.shape[1:])
         return rows if self.per_query else rows[0]
 
+    def pool_rows(self, pool: int) -> Tensor:
+        """Rows [G, L/pool] of a cache holding one row per `pool` consecutive positions (the
+        k-pool keys): row j of group g holds the pool of slots j·pool .. j·pool + pool - 1. Paged,
+        a block holds whole pools (block % pool == 0), so that pool's row is its first slot's
+        cache row // pool."""
+        if self.key_rows is None:
+            return torch.arange(-(-self.keys // pool), dtype=torch.int64)[None, :]
+        return self.key_rows[:, ::pool] // pool
+
+    def gather_pools(self, cache: Tensor, pool: int) -> Tensor:
+        """The key range's pooled rows of `cache` [T/pool, *row]: [L/pool, *row], or per query."""
+        if self.key_rows is None:
+            return cache[: -(-self.keys // pool)]
+        rows = self.pool_rows(pool)
+        pooled = cache.index_select(0, rows.reshape(-1)).view(*rows.shape, *cache.shape[1:])
+        return pooled if self.per_query else pooled[0]
+
     def physical(self, slots: Tensor) -> Tensor:
         """Cache rows [S, K] of chosen slots [S, K] (-1, an empty slot, stays -1)."""
         if self.key_rows is None:

@@ -183,7 +183,7 @@ class DsaToGatherTiles(ModulePass):
                 block `pos` per query (a shorter last group likewise: the visible tail pool).
                 Tiles are then those groups, each gathered as one aligned block of the cache
                 (one index per query and tile instead of `block`); T must be a multiple of
-                block. Overrides tile and decode-tile. 0 (default): gather slot by slot.
+                block (a dynamic T, a paged pool, is taken to be). Overrides tile and decode-tile. 0 (default): gather slot by slot.
     """
 
     name = "dsa-to-gather-tiles"
@@ -204,9 +204,11 @@ class DsaToGatherTiles(ModulePass):
             replace_op(site.op, [out])
 
     def _refuse(self, site: DsaAttentionSite) -> str | None:
-        """The options' preconditions: block divides T, or the tile divides K."""
+        """The options' preconditions: block divides T, or the tile divides K. A dynamic T is a
+        paged pool of whole cache blocks, each a multiple of `block` rows (the compile driver
+        refuses any other block size), so block divides it too."""
         if self.block:
-            if site.T % self.block:
+            if site.T is not None and site.T % self.block:
                 return f"dsa_attention: block={self.block} does not divide the {site.T} cache rows"
             return None
         tile = self.tile_for(site)

@@ -26,7 +26,7 @@ from day0.runtime.files import FileRecordError, MissingFileError, sha256_bytes, 
 MANIFEST = "manifest.json"
 VMFB = "model.vmfb"
 # 2: typed manifest; entry points say whether they return the greedy next token; `devices`.
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 
 
 class ArtifactError(ValueError):
@@ -67,8 +67,8 @@ class EntryPoint:
     min_len: int = 1
     static_len: int = 0
     # "dense": (ids, start, *state) over the manifest's `state`; "paged": (ids, positions, tables,
-    # *pools) over the pools of `paged` (PagedLayout), `batch` sequences of one token each (0: one
-    # sequence's prompt chunk)
+    # slots, *pools, *slot tensors) over `paged` (PagedLayout), `batch` sequences of one token each
+    # (0: one sequence's prompt chunk)
     layout: str = "dense"
     batch: int = 0
 
@@ -99,21 +99,30 @@ class StateTensor:
 
 @dataclass(frozen=True)
 class PagedLayout:
-    """The paged entry points' caches: every position-indexed state tensor as a pool of blocks of
-    `block_size` positions, the block count chosen at load (runtime/blocks.py). `pools` hold one
-    block's shape ([block_size, *row]); a pool of n blocks is [n·block_size, *row]. A sequence
-    holds at most `max_blocks` blocks (max_seq_len positions); `batch_sizes`: the compiled
-    batched decode steps (paged_decode_<B>)."""
+    """The paged entry points' state: every position-indexed state tensor as a pool of blocks of
+    `block_size` positions, the block count chosen at load (runtime/blocks.py), and every
+    per-sequence one (a recurrent state) in slots, the slot count chosen at load. `pools` hold
+    one block's shape ([rows, *row]: rows = block_size, or fewer for pooled keys); a pool of n
+    blocks is [n·rows, *row]. `slots` hold one sequence's shape; n slots are [n, *shape]. A
+    sequence holds at most `max_blocks` blocks (max_seq_len positions); `batch_sizes`: the
+    compiled batched decode steps (paged_decode_<B>). The entry points take the pools, then the
+    slot tensors."""
 
     block_size: int
     max_blocks: int
     batch_sizes: tuple[int, ...]
     pools: tuple[StateTensor, ...]
+    slots: tuple[StateTensor, ...] = ()
 
     @property
     def block_bytes(self) -> int:
         """Bytes of one block across every pool."""
         return sum(p.nbytes for p in self.pools)
+
+    @property
+    def slot_bytes(self) -> int:
+        """Bytes of one sequence's slot across every slot tensor."""
+        return sum(s.nbytes for s in self.slots)
 
 
 @dataclass(frozen=True)
@@ -212,8 +221,13 @@ class Manifest:
 
 def _paged(data) -> PagedLayout:
     fields_ = _plain(PagedLayout, data, "paged.")
-    pools = tuple(StateTensor(**_plain(StateTensor, t, f"paged.pools[{i}].")) for i, t in enumerate(fields_["pools"]))
-    return PagedLayout(**{**fields_, "pools": pools})
+    tensors = {
+        key: tuple(
+            StateTensor(**_plain(StateTensor, t, f"paged.{key}[{i}].")) for i, t in enumerate(fields_.get(key, ()))
+        )
+        for key in ("pools", "slots")
+    }
+    return PagedLayout(**{**fields_, **tensors})
 
 
 def _plain(cls, data, path: str) -> dict:
@@ -340,8 +354,9 @@ def check_signatures(manifest: Manifest, reflection: dict[str, dict[str, str]], 
             if manifest.paged is None:
                 raise ArtifactError(f"{where}: paged entry point '{name}' but no paged layout in the manifest")
             state = [((None, *p.shape[1:]), p.dtype) for p in manifest.paged.pools]
-            n = entry.batch or None
-            expected_args = [((n,), "int64"), ((n,), "int64"), ((entry.batch or 1, None), "int64"), *state]
+            state += [((None, *s.shape), s.dtype) for s in manifest.paged.slots]
+            n, g = entry.batch or None, entry.batch or 1
+            expected_args = [((n,), "int64"), ((n,), "int64"), ((g, None), "int64"), ((g,), "int64"), *state]
         else:
             state = [(tuple(s.shape), s.dtype) for s in manifest.state]
             ids_len = entry.static_len or None

@@ -1,20 +1,23 @@
 """`Engine`: many sequences at once over paged caches (an artifact compiled with --max-batch).
 
-    eng = Engine.load(artifact_dir, num_blocks=None, memory_bytes=None, chunk=64)
+    eng = Engine.load(artifact_dir, num_blocks=None, memory_bytes=None, chunk=64, max_running=None)
     rid = eng.add([1, 2, 3], max_new_tokens=16, temperature=0.0, stop=(2,))   # a request id
     done = eng.step()        # {rid: Progress(tokens=[...], finished=None | "length" | "stop" | ...)}
     eng.abort(rid)
     eng.counters()           # running, waiting, blocks used and free
 
 The caches live in pools of blocks shared by every sequence (models/paging.py); a sequence's
-block table (runtime/blocks.py) maps its positions to blocks. The pools' block count is chosen
-here, at load: `num_blocks`, or as many as `memory_bytes` holds, or by default enough for every
-compiled batch row to reach max_seq_len.
+block table (runtime/blocks.py) maps its positions to blocks. Per-sequence state (KDA's recurrent
+state and conv tails) lives in slots, one per running sequence. Both counts are chosen here, at
+load: at most `max_running` sequences run at once (default: the largest compiled batch), each
+with a slot; the pools get `num_blocks` blocks, or as many as `memory_bytes` holds beside the
+slots, or by default enough for each running sequence to reach max_seq_len.
 
 One `step`:
  1. Admission, in arrival order: a waiting request is admitted when the pool can reserve its
-    whole need (prompt + max_new_tokens - 1 positions), so a running sequence never waits for a
-    block, and a request that could never fit is refused at `add` with the numbers.
+    whole need (prompt + max_new_tokens - 1 positions) and a slot is free, so a running sequence
+    never waits for a block, and a request that could never fit is refused at `add` with the
+    numbers.
  2. One prompt chunk: the oldest admitted sequence still in its prompt runs its next chunk of at
     most `chunk` tokens (`paged_prefill`; a 1-token remainder runs as a decode row). A long
     prompt delays the running sequences by at most one chunk per step.
@@ -38,6 +41,8 @@ from day0.runtime.blocks import SCRATCH_BLOCK, BlockPool
 from day0.runtime.loading import open_artifact, token_ids
 from day0.runtime.sampling import make_rng, sample, validate_sampling
 from day0.runtime.state_file import np_dtype
+
+SCRATCH_SLOT = 0  # the slot padding rows of a batched step use; never a sequence's
 
 
 class EngineError(ValueError):
@@ -65,6 +70,7 @@ class _Sequence:
     stop: frozenset[int]
     keep_logits: bool
     rng: np.random.Generator
+    slot: int = SCRATCH_SLOT  # its per-sequence state's slot, once admitted
     fed: int = 0  # tokens in the cache (prompt first, then generated ones)
     out: list[int] = field(default_factory=list)
     finished: str | None = None
@@ -84,18 +90,33 @@ class _Sequence:
 
 
 class Engine:
-    def __init__(self, manifest: Manifest, vm, num_blocks: int | None, memory_bytes: int | None, chunk: int):
-        """Engine.load's: `num_blocks` / `memory_bytes` as there."""
+    def __init__(
+        self,
+        manifest: Manifest,
+        vm,
+        num_blocks: int | None,
+        memory_bytes: int | None,
+        chunk: int,
+        max_running: int | None = None,
+    ):
+        """Engine.load's arguments, as there."""
         if manifest.paged is None:
             raise EngineError("the artifact has no paged entry points: compile it with --max-batch N for the Engine")
-        num_blocks = _block_count(manifest, num_blocks, memory_bytes)
-        self.manifest, self._vm, self.chunk = manifest, vm, chunk
         self.layout = manifest.paged
+        if max_running is None:
+            max_running = max(self.layout.batch_sizes)
+        elif isinstance(max_running, bool) or not isinstance(max_running, int) or max_running < 1:
+            raise EngineError(f"max_running must be an integer >= 1, got {max_running!r}")
+        num_blocks = _block_count(manifest, num_blocks, memory_bytes, max_running)
+        self.manifest, self._vm, self.chunk, self.max_running = manifest, vm, chunk, max_running
         self.blocks = BlockPool(num_blocks, self.layout.block_size)
         self.vocab_size, self.max_seq_len = manifest.vocab_size, manifest.max_seq_len
         self.eos_token_ids = manifest.eos_token_ids
-        rows = num_blocks * self.layout.block_size
-        self._pools = [vm.to_device(np.zeros((rows, *p.shape[1:]), dtype=np_dtype(p.dtype))) for p in self.layout.pools]
+        # the pools, then the slot tensors (slot 0: scratch), as the entry points take them
+        shapes = [(num_blocks * p.shape[0], *p.shape[1:], p.dtype) for p in self.layout.pools]
+        shapes += [(max_running + 1, *t.shape, t.dtype) for t in self.layout.slots]
+        self._state = [vm.to_device(np.zeros(shape, dtype=np_dtype(dtype))) for *shape, dtype in shapes]
+        self._free_slots = list(range(max_running, SCRATCH_SLOT, -1))  # pop() hands out low numbers first
         self._prefill = vm.function("paged_prefill")
         self._decode = {b: vm.function(f"paged_decode_{b}") for b in self.layout.batch_sizes}
         self._ids = itertools.count()
@@ -112,14 +133,16 @@ class Engine:
         chunk: int = 64,
         verify: bool = True,
         checkpoint_dir=None,
+        max_running: int | None = None,
     ) -> Engine:
-        """Load an artifact compiled with --max-batch; the pools get `num_blocks` blocks, or as
-        many as `memory_bytes` holds, or (neither) enough for each of the largest batch's rows
-        to reach max_seq_len. `chunk`: the most prompt tokens one step runs."""
+        """Load an artifact compiled with --max-batch. At most `max_running` sequences run at
+        once (default: the largest compiled batch); the pools get `num_blocks` blocks, or as many
+        as `memory_bytes` holds beside the running sequences' slots, or (neither) enough for each
+        running sequence to reach max_seq_len. `chunk`: the most prompt tokens one step runs."""
         if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
             raise EngineError(f"chunk must be an integer >= 1, got {chunk!r}")
         manifest, vm = open_artifact(artifact_dir, device, verify, checkpoint_dir)
-        return cls(manifest, vm, num_blocks, memory_bytes, chunk)
+        return cls(manifest, vm, num_blocks, memory_bytes, chunk, max_running)
 
     # -- requests -------------------------------------------------------------------------------
     def add(
@@ -171,10 +194,9 @@ class Engine:
             if seq.id == rid:
                 self._waiting.remove(seq)
                 return True
-        seq = self._running.pop(rid, None)
-        if seq is None:
+        if rid not in self._running:
             return False
-        self.blocks.release(rid)
+        self._retire(rid)
         return True
 
     def counters(self) -> dict[str, int]:
@@ -183,6 +205,7 @@ class Engine:
             "waiting": len(self._waiting),
             "blocks_used": self.blocks.used,
             "blocks_free": self.blocks.free,
+            "slots_free": len(self._free_slots),
         }
 
     def phase(self, rid: int) -> str | None:
@@ -210,15 +233,28 @@ class Engine:
         for i in range(0, len(decoding), largest):
             self._run_decode(decoding[i : i + largest], progress)
         for rid, p in progress.items():
-            if p.finished is not None:
-                self._running.pop(rid, None)
-                self.blocks.release(rid)
+            if p.finished is not None and rid in self._running:
+                self._retire(rid)
         return progress
 
     def _admit(self) -> None:
-        while self._waiting and self.blocks.reserve(self._waiting[0].id, self._waiting[0].need):
+        while self._waiting and self._free_slots and self.blocks.reserve(self._waiting[0].id, self._waiting[0].need):
             seq = self._waiting.pop(0)
+            seq.slot = self._free_slots.pop()
             self._running[seq.id] = seq
+
+    def _retire(self, rid: int) -> None:
+        """Free a running sequence's blocks and slot (its slot's state is stale from now: the
+        next sequence there starts at position 0, where the step ignores what a slot holds)."""
+        seq = self._running.pop(rid)
+        self.blocks.release(rid)
+        self._free_slots.append(seq.slot)
+
+    def _call(self, fn, ids: np.ndarray, positions: np.ndarray, tables: np.ndarray, slots: np.ndarray):
+        """One paged step over the Engine's state; returns (logits, next) on the device."""
+        out = fn(ids, positions, tables, slots, *self._state)
+        self._state = list(out[2:])
+        return out[0], out[1]
 
     def _run_prompt_chunk(self, seq: _Sequence, progress: dict[int, Progress]) -> None:
         start = seq.fed
@@ -228,8 +264,7 @@ class Engine:
             return
         positions = np.arange(start, start + ids.size, dtype=np.int64)
         table = np.array(self._table(seq, start + ids.size), dtype=np.int64)[None, :]
-        out = self._prefill(ids, positions, table, *self._pools)
-        logits, nxt, self._pools = out[0], out[1], list(out[2:])
+        logits, nxt = self._call(self._prefill, ids, positions, table, np.array([seq.slot], dtype=np.int64))
         seq.fed += ids.size
         p = progress.setdefault(seq.id, Progress())
         host = np.array(logits.to_host(), copy=True) if (seq.keep_logits or not seq.greedy) else None
@@ -243,14 +278,14 @@ class Engine:
         size = min(b for b in self._decode if b >= len(seqs))
         ids = np.zeros(size, dtype=np.int64)
         positions = np.zeros(size, dtype=np.int64)
+        slots = np.full(size, SCRATCH_SLOT, dtype=np.int64)
         rows = [self._table(s, s.fed + 1) for s in seqs]  # each row's blocks up to its new position
         tables = np.full((size, max(map(len, rows))), SCRATCH_BLOCK, dtype=np.int64)
         for r, s in enumerate(seqs):
             ids[r] = s.prompt[s.fed] if prompt_token else s.out[-1]
-            positions[r] = s.fed
+            positions[r], slots[r] = s.fed, s.slot
             tables[r, : len(rows[r])] = rows[r]
-        out = self._decode[size](ids, positions, tables, *self._pools)
-        logits, nxt, self._pools = out[0], out[1], list(out[2:])
+        logits, nxt = self._call(self._decode[size], ids, positions, tables, slots)
         tokens = np.asarray(nxt.to_host()).reshape(-1)
         need_host = any(s.keep_logits or not s.greedy for s in seqs)
         host = np.array(logits.to_host(), copy=True) if need_host else None
@@ -286,21 +321,23 @@ class Engine:
         return self.blocks.table(seq.id)[: self.blocks.blocks_for(positions)]
 
 
-def _block_count(manifest: Manifest, num_blocks: int | None, memory_bytes: int | None) -> int:
+def _block_count(manifest: Manifest, num_blocks: int | None, memory_bytes: int | None, running: int) -> int:
     paged = manifest.paged
     if num_blocks is not None and memory_bytes is not None:
         raise EngineError("give num_blocks or memory_bytes, not both")
     if memory_bytes is not None:
-        if not isinstance(memory_bytes, int) or memory_bytes < 0:
+        if isinstance(memory_bytes, bool) or not isinstance(memory_bytes, int) or memory_bytes < 0:
             raise EngineError(f"memory_bytes must be an integer >= 0, got {memory_bytes!r}")
-        num_blocks = memory_bytes // paged.block_bytes
+        slots = (running + 1) * paged.slot_bytes
+        num_blocks = max(memory_bytes - slots, 0) // paged.block_bytes
         if num_blocks < 2:
             raise EngineError(
-                f"memory_bytes {memory_bytes} holds {num_blocks} blocks of {paged.block_bytes} bytes; the "
-                f"Engine needs at least 2 (a scratch block and one for a sequence)"
+                f"memory_bytes {memory_bytes} holds {num_blocks} blocks of {paged.block_bytes} bytes beside "
+                f"{running + 1} slots of {paged.slot_bytes} bytes; the Engine needs at least 2 blocks "
+                f"(a scratch block and one for a sequence)"
             )
     elif num_blocks is None:
-        num_blocks = max(paged.batch_sizes) * paged.max_blocks + 1
+        num_blocks = running * paged.max_blocks + 1
     elif isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 2:
         raise EngineError(f"num_blocks must be an integer >= 2 (a scratch block and one more), got {num_blocks!r}")
     return num_blocks

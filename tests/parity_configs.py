@@ -171,7 +171,8 @@ PARITY = {
     "oss-yarn": dict(arch="gpt_oss", config=_OSS_YARN, seed=3, max_seq_len=48, prompt=10, experts="gpt-oss"),
     # kimi_linear (f32): KDA + MLA, 2 layers; 3:1 with a q LoRA and grouped routing, 4 layers (prompt
     # of 2 chunks + 2); MLA first, conv kernel 3, two shared experts (prompt of exactly one chunk).
-    "kl-base": dict(arch="kimi_linear", config={}, seed=1, max_seq_len=96, prompt=70),
+    # kl-base and glm-base also have the Engine's paged entry points (as ds-sparse-paged)
+    "kl-base": dict(arch="kimi_linear", config={}, seed=1, max_seq_len=96, prompt=70, max_batch=3, block_size=4),
     "kl-hybrid": dict(arch="kimi_linear", config=_KL_HYBRID, seed=2, max_seq_len=160, prompt=130),
     "kl-mla-first": dict(arch="kimi_linear", config=_KL_MLA_FIRST, seed=3, max_seq_len=96, prompt=64),
     # the same with its routed experts (w1/w2/w3) quantized by `day0 quantize --layout compressed-tensors`
@@ -181,7 +182,7 @@ PARITY = {
     # glm5_next: KDA + full + shared, K = 2 pools of 4 + 3 tail slots, 2 streams, 20 Sinkhorn
     # iterations (prompt of a chunk + 6); full + shared + KDA, 4 streams, pools of 8 (prompt of
     # exactly one chunk); MXFP4 experts, 4 layers (two full indexers), 3 streams, pools of 2.
-    "glm-base": dict(arch="glm5_next", config=_GLM_BASE, seed=4, max_seq_len=96, prompt=70),
+    "glm-base": dict(arch="glm5_next", config=_GLM_BASE, seed=4, max_seq_len=96, prompt=70, max_batch=3, block_size=4),
     "glm-dsa-first": dict(arch="glm5_next", config=_GLM_DSA_FIRST, seed=2, max_seq_len=96, prompt=64),
     "glm-mxfp4": dict(
         arch="glm5_next", config=_GLM_MXFP4, seed=2, max_seq_len=96, prompt=67, experts="compressed-tensors"

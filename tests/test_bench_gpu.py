@@ -49,7 +49,7 @@ def test_bench_gpu_package_runs_from_its_own_sources(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     assert "limit/day0" in p.stdout  # the table is printed last
     results = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
-    moe, dsa, e2e, glm5 = results
+    moe, dsa, e2e, glm5, engine = results
     assert moe["piece"] == "moe" and dsa["piece"] == "dsa" and dsa["context"] == 256
     assert moe["day0_rel_err"] < 1e-5  # f32 throughout
     assert dsa["day0_rel_err"] < 2e-2  # bf16 caches and output
@@ -82,6 +82,15 @@ def test_bench_gpu_package_runs_from_its_own_sources(tmp_path):
     assert set(glm5["state_bytes"]) >= {"kda_state", "mla_latent"}
     assert min(glm5[f"{who}_{k}_tok_s"] for who in ("day0", "transformers") for k in ("prefill", "decode")) > 0
     assert "glm5_next small" in p.stdout
+    # the Engine: batches of 1..3 sequences, one checked against Session, transformers at the same batch
+    assert engine["piece"] == "engine" and [r["batch"] for r in engine["rows"]] == spec["engine"]["batches"]
+    for row in engine["rows"]:
+        assert row["tok_s"] > 0 and row["transformers_tok_s"] > 0 and row["limit_ms"] > 0
+    check = engine["check"]
+    assert check["prompt_max_rel_err"] < 1e-5 and check["decode_max_rel_err"] < 1e-5, check
+    assert check["same_greedy_rows"] == 1.0 and check["session_decode_ms"] > 0
+    sizes = engine["bytes_per_sequence"]
+    assert sizes[str(spec["engine"]["prompt"])] > sizes[str(spec["engine"]["short_prompt"])] > 0
 
 
 def test_bench_gpu_package_of_some_pieces_imports_from_its_own_sources(tmp_path):

@@ -19,9 +19,10 @@ from parity_configs import PARITY  # noqa: E402
 TOL = 1e-5
 
 
-@pytest.fixture(params=["ds-sparse-paged", "oss-base-paged"])
+@pytest.fixture(params=["ds-sparse-paged", "oss-base-paged", "kl-base", "glm-base"])
 def name(request) -> str:
-    """Artifacts with blocks of 4 positions and batched decode steps for 1 and 3 sequences."""
+    """Artifacts with blocks of 4 positions and batched decode steps for 1 and 3 sequences:
+    deepseek_v32, gpt_oss, kimi_linear and glm5_next (KDA state in slots)."""
     return request.param
 
 
@@ -79,7 +80,8 @@ def test_sequences_together_equal_each_alone(artifact, name):
         got = np.stack(logits[key])
         assert got.shape[0] == len(prompt) + n - 1
         assert _rel(got, _alone(artifact, name, prompt, tokens[key])) < TOL, key
-    assert engine.counters() == {"running": 0, "waiting": 0, "blocks_used": 0, "blocks_free": engine.blocks.capacity}
+    idle = {"running": 0, "waiting": 0, "blocks_used": 0, "blocks_free": engine.blocks.capacity}
+    assert engine.counters() == {**idle, "slots_free": engine.max_running}
 
 
 def test_a_short_pool_makes_requests_wait_not_fail(artifact, name):
@@ -102,6 +104,22 @@ def test_a_short_pool_makes_requests_wait_not_fail(artifact, name):
     prompt = _ids(13, 9)
     tokens, logits, _ = _run(engine, {"z": (prompt, 6)})
     assert _rel(np.stack(logits["z"]), _alone(artifact, name, prompt, tokens["z"])) < TOL
+
+
+def test_one_running_sequence_at_a_time_gives_the_same_tokens(artifact, name):
+    """max_running=1: one slot, so requests run one after another, each on the slot (and the
+    blocks) the previous one left: the same greedy tokens as each alone."""
+    engine = Engine.load(artifact(name), max_running=1, chunk=8)
+    reqs = [(_ids(7, 30), 5), (_ids(12, 31), 4), (_ids(2, 32), 6)]
+    rids = [engine.add(p, max_new_tokens=n, stop=()) for p, n in reqs]
+    out = {r: list(prog.tokens) for r, prog in engine.step().items()}
+    assert engine.counters()["running"] == 1 and engine.counters()["slots_free"] == 0
+    out = {r: out.get(r, []) for r in rids}
+    while engine.has_work():
+        for r, prog in engine.step().items():
+            out[r] += prog.tokens
+    for r, (p, n) in zip(rids, reqs):
+        assert out[r] == Session.load(artifact(name)).generate(p, max_new_tokens=n, stop_at_eos=False), r
 
 
 def test_a_seeded_request_samples_the_same_beside_others(artifact, name):
@@ -134,8 +152,10 @@ def test_requests_that_can_never_run_are_refused_at_add(artifact, name):
 
 
 def test_load_time_limits_are_named(artifact, name):
-    with pytest.raises(EngineError, match=r"holds 1 blocks of \d+ bytes; the Engine needs at least 2"):
+    with pytest.raises(EngineError, match=r"holds [01] blocks of \d+ bytes beside 4 slots of \d+ bytes; the Engine"):
         Engine.load(artifact(name), memory_bytes=4000)
+    with pytest.raises(EngineError, match=r"max_running must be an integer >= 1, got 0"):
+        Engine.load(artifact(name), max_running=0)
     with pytest.raises(EngineError, match=r"num_blocks must be an integer >= 2"):
         Engine.load(artifact(name), num_blocks=1)
     with pytest.raises(EngineError, match=r"no paged entry points: compile it with --max-batch"):

@@ -367,7 +367,8 @@ def test_paged_options_out_of_bounds_refused_before_work(checkpoint, tmp_path, a
     assert not (tmp_path / "out").exists()
 
 
-def test_max_batch_for_a_model_without_a_paged_form_is_named(checkpoint, tmp_path):
-    r = day0("compile", checkpoint("kl-base"), "-o", tmp_path / "out", "--max-seq-len", 96, "--max-batch", 2)
-    one_line_error(r, "--max-batch: KimiLinear has no paged form yet (paged: deepseek_v32, gpt_oss)")
+def test_a_block_size_that_splits_a_k_pool_is_named(checkpoint, tmp_path):
+    args = ("--max-seq-len", 96, "--max-batch", 2, "--block-size", 6)
+    r = day0("compile", checkpoint("glm-base"), "-o", tmp_path / "out", *args)
+    one_line_error(r, "--block-size 6 is not a multiple of 4: a block must hold whole k-pools of the indexer")
     assert not (tmp_path / "out").exists()

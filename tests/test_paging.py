@@ -1,7 +1,8 @@
 """Paged caches in the eager models (models/paging.py): a sequence whose rows live in scattered
-blocks of a shared pool gives the logits of the same sequence in a dense cache of its own, alone
-(a prompt chunk: one block table) or batched with others (a decode step: one table per token),
-and writes nothing outside its own blocks; for every architecture with a paged form."""
+blocks of a shared pool, and whose per-sequence state (KDA) lives in a slot, gives the logits of
+the same sequence in a dense cache of its own, alone (a prompt chunk: one block table) or batched
+with others (a decode step: one table per token), starts from empty state whatever its slot held,
+and writes nothing outside its own blocks and slot; for every architecture with a paged form."""
 
 import sys
 from pathlib import Path
@@ -20,9 +21,14 @@ BLOCKS = 40
 TOL = 1e-6
 
 
-@pytest.fixture(scope="module", params=["ds-sparse", "oss-base"])
+SLOTS = 5
+
+
+@pytest.fixture(scope="module", params=["ds-sparse", "oss-base", "kl-base", "glm-base"])
 def model(request, checkpoint):
-    """deepseek_v32 (MLA latent + indexer keys, DSA) and gpt_oss (K/V, sinks, sliding windows of 8)."""
+    """deepseek_v32 (MLA latent + indexer keys, DSA), gpt_oss (K/V, sinks, sliding windows of 8),
+    kimi_linear (KDA state and conv tails in slots, dense MLA), glm5_next (KDA, k-pools of 4
+    positions, a shared-indexer layer, mHC streams)."""
     return build_eager(checkpoint(request.param), max_seq_len=PARITY[request.param]["max_seq_len"])
 
 
@@ -30,8 +36,23 @@ def _ids(n: int, seed: int) -> torch.Tensor:
     return torch.randint(0, 100, (n,), generator=torch.Generator().manual_seed(seed))
 
 
-def _pools(model) -> list[torch.Tensor]:
-    return [torch.zeros(BLOCKS * BLOCK, *s.shape[1:]) for s in model.state_specs()]
+class Paged:
+    """The paged state of `model`: pools of BLOCKS blocks (zeros) and SLOTS slots (noise: a
+    sequence starting at position 0 must not read what its slot held)."""
+
+    def __init__(self, model):
+        self.model = model
+        pools, slots = model.paged_state(BLOCK)
+        self.pools = [torch.zeros(BLOCKS * p.shape[0], *p.shape[1:]) for p in pools]
+        noise = torch.Generator().manual_seed(7)
+        self.slots = [torch.randn(SLOTS, *s.shape, generator=noise) for s in slots]
+
+    def step(self, ids, positions, tables, slots) -> torch.Tensor:
+        out, *state = self.model.step_paged(
+            ids, positions, tables, torch.tensor(slots), *self.pools, *self.slots, block=BLOCK
+        )
+        self.pools, self.slots = state[: len(self.pools)], state[len(self.pools) :]
+        return out
 
 
 def _dense(model, ids: torch.Tensor, decode: list[int]) -> list[torch.Tensor]:
@@ -50,18 +71,22 @@ def test_one_sequence_in_scattered_blocks_equals_its_dense_cache(model):
     ids, decode = _ids(19, 0), [5, 9, 2, 7, 11]
     want = _dense(model, ids, decode)
     table = torch.randperm(BLOCKS, generator=torch.Generator().manual_seed(1))[:6][None, :]  # 24 positions
-    pools = _pools(model)
-    got, *pools = model.step_paged(ids, torch.arange(len(ids)), table[:, :5], *pools, block=BLOCK)
+    paged = Paged(model)
+    before = [t.clone() for t in paged.slots]
+    got = paged.step(ids, torch.arange(len(ids)), table[:, :5], [3])
     assert rel_err(got, want[0]) < TOL
     for i, t in enumerate(decode):
         pos = len(ids) + i
         nb = pos // BLOCK + 1  # the table grows with the sequence
-        got, *pools = model.step_paged(torch.tensor([t]), torch.tensor([pos]), table[:, :nb], *pools, block=BLOCK)
+        got = paged.step(torch.tensor([t]), torch.tensor([pos]), table[:, :nb], [3])
         assert rel_err(got, want[1 + i]) < TOL
     used = set(table[0].tolist())
-    for pool in pools:
-        untouched = pool.view(BLOCKS, BLOCK, -1)[[b for b in range(BLOCKS) if b not in used]]  # any row shape
+    for pool in paged.pools:
+        rows = pool.view(BLOCKS, -1)  # a block's rows, flattened (any row shape, pooled rows too)
+        untouched = rows[[b for b in range(BLOCKS) if b not in used]]
         assert not untouched.any()  # nothing written outside the sequence's blocks
+    for now, was in zip(paged.slots, before):
+        assert torch.equal(now[[0, 1, 2, 4]], was[[0, 1, 2, 4]])  # nor outside its slot
 
 
 @torch.no_grad()
@@ -70,14 +95,14 @@ def test_a_batched_decode_step_equals_each_sequence_alone(model):
     every query through its own table (padded to the longest), as each alone would."""
     lengths, nxt = [5, 11, 18], [3, 8, 13]
     perm = torch.randperm(BLOCKS, generator=torch.Generator().manual_seed(2)).tolist()
-    tables, pools = [], _pools(model)
+    tables, paged = [], Paged(model)
     for j, n in enumerate(lengths):
         blocks = perm[j * 6 : (j + 1) * 6]
         tables.append(blocks)
-        _, *pools = model.step_paged(_ids(n, 10 + j), torch.arange(n), torch.tensor([blocks]), *pools, block=BLOCK)
+        paged.step(_ids(n, 10 + j), torch.arange(n), torch.tensor([blocks]), [4 - j])
     nb = max(lengths) // BLOCK + 1
     batch = torch.tensor([t[:nb] for t in tables])  # [3, nb]: blocks past a sequence's end never visible
-    got, *pools = model.step_paged(torch.tensor(nxt), torch.tensor(lengths), batch, *pools, block=BLOCK)
+    got = paged.step(torch.tensor(nxt), torch.tensor(lengths), batch, [4, 3, 2])
     for j, n in enumerate(lengths):
         want = _dense(model, _ids(n, 10 + j), [nxt[j]])[1]
         assert rel_err(got[j : j + 1], want) < TOL, j

@@ -45,3 +45,19 @@ func.func @prefill_pools(%q: !torch.vtensor<[?,2,16],f32>, %kv: !torch.vtensor<[
 // CHECK-COUNT-3: torch.aten.index_select {{%[0-9]+}}, %int0, {{%[0-9]+}} : !torch.vtensor<[8,4,16],f32>, !torch.int, !torch.vtensor<[?],si64> -> !torch.vtensor<[?,4,16],f32>
 // CHECK-NOT: torch.aten.index_select
 // CHECK: return
+
+// A paged pool (models/paging.py): T is the pool's rows, chosen at load (dynamic); the compile
+// driver makes every cache block a multiple of the k-pool, so the pool is whole aligned pools and
+// the block view stays [?, 4, 16]. A batch of 3 sequences decoding one token each.
+func.func @paged_pool_batch(%q: !torch.vtensor<[3,2,16],f32>, %kv: !torch.vtensor<[?,16],f32>, %idx: !torch.vtensor<[3,7],si64>) -> !torch.vtensor<[3,2,16],f32> {
+  %scale = torch.constant.float 1.250000e-01
+  %vdim = torch.constant.int 16
+  %0 = torch.operator "torch.day0.dsa_attention"(%q, %kv, %idx, %scale, %vdim) : (!torch.vtensor<[3,2,16],f32>, !torch.vtensor<[?,16],f32>, !torch.vtensor<[3,7],si64>, !torch.float, !torch.int) -> !torch.vtensor<[3,2,16],f32>
+  return %0 : !torch.vtensor<[3,2,16],f32>
+}
+// CHECK-LABEL: func.func @paged_pool_batch(
+// CHECK: [[PBLOCKS:%[0-9]+]] = torch.aten.view %arg1, {{%[0-9]+}} : !torch.vtensor<[?,16],f32>, !torch.list<int> -> !torch.vtensor<[?,4,16],f32>
+// CHECK: torch.aten.index_select [[PBLOCKS]], %int0, {{%[0-9]+}} : !torch.vtensor<[?,4,16],f32>, !torch.int, !torch.vtensor<[3],si64> -> !torch.vtensor<[3,4,16],f32>
+// CHECK: torch.aten.index_select [[PBLOCKS]], %int0, {{%[0-9]+}} : !torch.vtensor<[?,4,16],f32>, !torch.int, !torch.vtensor<[3],si64> -> !torch.vtensor<[3,4,16],f32>
+// CHECK-NOT: torch.aten.index_select
+// CHECK: return

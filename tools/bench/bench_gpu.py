@@ -21,6 +21,8 @@ Pieces (GLM-5.3-Flash shapes in the `full` config):
         to first token at 1K and 4K, day0 with f32 and with bf16 caches vs transformers eager.
   glm5  `make bench`'s small glm5_next (tools/bench/bench_gpu_glm5.py): prefill and decode tokens/s, day0
         vs transformers eager on the GPU, with a teacher-forced check against it.
+  engine  the 4.9B deepseek_v32 through the Engine (tools/bench/bench_gpu_engine.py): aggregate decode
+        tokens/s and step ms at 1, 8, 32, 64 sequences of 4K vs transformers eager at the same batch.
 Limit: the bytes a step must read ÷ the measured device copy bandwidth (read + write).
 
 Timing: a day0 call has a host floor (docs/perf.md); each vmfb is compiled twice, with the
@@ -67,6 +69,7 @@ _SHIPPED = [
     "tools/bench/timing.py",
     "tools/bench/bench_e2e.py",
     "tools/bench/bench_gpu_glm5.py",
+    "tools/bench/bench_gpu_engine.py",
     "frontend/__init__.py",
     "frontend/ops.py",
     "models/__init__.py",
@@ -168,7 +171,7 @@ def _compile(module, args, pipeline: str, target: str, out: Path) -> None:
     compile_mlir(text, target, out, repro_dir=out.parent / f"{out.stem}.repro")
 
 
-PIECES = ("moe", "dsa", "e2e", "glm5")
+PIECES = ("moe", "dsa", "e2e", "glm5", "engine")
 E2E_GOALS_MS = {"decode_ms": 2.0, "ttft_ms": 100.0}  # at 4K context
 
 
@@ -176,7 +179,7 @@ def package(out: Path, config: str, target: str, pieces=PIECES, cache: Path = Pa
     import torch
 
     from day0.lowering.targets import DsaShape, get_target
-    from day0.tools.bench import bench_e2e, bench_gpu_glm5
+    from day0.tools.bench import bench_e2e, bench_gpu_engine, bench_gpu_glm5
 
     cfg = CONFIGS[config]
     out.mkdir(parents=True, exist_ok=True)
@@ -201,6 +204,7 @@ def package(out: Path, config: str, target: str, pieces=PIECES, cache: Path = Pa
             entries[name] = {"piece": "dsa", "context": T, "reps": r}
     e2e = bench_e2e.package(out, config, target, cache) if "e2e" in pieces else None
     glm5 = bench_gpu_glm5.package(out, config, target, cache) if "glm5" in pieces else None
+    engine = bench_gpu_engine.package(out, config, target, cache) if "engine" in pieces else None
     (out / "bench.json").write_text(
         json.dumps(
             {
@@ -212,6 +216,7 @@ def package(out: Path, config: str, target: str, pieces=PIECES, cache: Path = Pa
                 "vmfbs": entries,
                 "e2e": e2e,
                 "glm5": glm5,
+                "engine": engine,
             },
             indent=2,
         )
@@ -414,7 +419,7 @@ def run_dsa(pkg: Path, spec: dict, T: int, dev: str, device: str, bw: float) -> 
 def run(pkg: Path, device: str, json_out: Path | None, pieces=PIECES) -> list[dict]:
     import torch
 
-    from day0.tools.bench import bench_e2e, bench_gpu_glm5
+    from day0.tools.bench import bench_e2e, bench_gpu_engine, bench_gpu_glm5
 
     spec = json.loads((pkg / "bench.json").read_text())
     pieces = [p for p in pieces if p in spec.get("pieces", ("moe", "dsa"))]
@@ -441,6 +446,9 @@ def run(pkg: Path, device: str, json_out: Path | None, pieces=PIECES) -> list[di
     if "glm5" in pieces:
         results.append(bench_gpu_glm5.run(pkg, spec, device))
         print(json.dumps(results[-1]), flush=True)
+    if "engine" in pieces:
+        results.append(bench_gpu_engine.run(pkg, spec, device))
+        print(json.dumps(results[-1]), flush=True)
     print(table(results))
     if json_out:
         json_out.write_text(json.dumps(results, indent=2))
@@ -448,7 +456,7 @@ def run(pkg: Path, device: str, json_out: Path | None, pieces=PIECES) -> list[di
 
 
 def table(results: list[dict]) -> str:
-    from day0.tools.bench import bench_e2e, bench_gpu_glm5
+    from day0.tools.bench import bench_e2e, bench_gpu_engine, bench_gpu_glm5
 
     bw = results[0]
     lines = [
@@ -457,7 +465,7 @@ def table(results: list[dict]) -> str:
         f"{'limit µs':>10}{'limit/day0':>11}{'A/day0':>8}",
     ]
     for r in results[1:]:
-        if r["piece"] in ("e2e", "glm5"):
+        if r["piece"] in ("e2e", "glm5", "engine"):
             continue
         if r["piece"] == "moe":
             name, a, b = "moe", r["torch_bf16_us"], r["torch_dequant_us"]
@@ -476,6 +484,7 @@ def table(results: list[dict]) -> str:
     )
     lines += [bench_e2e.table(r) for r in results if r["piece"] == "e2e"]
     lines += [bench_gpu_glm5.table(r) for r in results if r["piece"] == "glm5"]
+    lines += [bench_gpu_engine.table(r) for r in results if r["piece"] == "engine"]
     return "\n".join(lines)
 
 

@@ -1,0 +1,288 @@
+"""The Engine on the GPU: aggregate decode tokens/s of the 4.9B `deepseek_v32` benchmark model
+(tools/bench/bench_checkpoint.py) at 1, 8, 32 and 64 concurrent sequences with prompts of 4K
+tokens, against transformers eager at the same batch and against the bytes a step must read ÷
+the measured copy bandwidth. Part of `make bench-gpu` (piece `engine`); results in docs/perf.md,
+section 'The Engine on the H200'.
+
+package (compile machine): writes the seeded checkpoint and compiles it with the paged entry
+points (--max-batch, the target's default cache dtype) into out/engine/artifact.
+run (GPU host): writes the same checkpoint from the same seed, then for each batch B:
+  day0    max(B) requests of random prompts, run by one Engine (prompt chunks, then batched
+          decode); once all decode, for each B from the largest down (aborting sequences down
+          to B), the median of STEPS steps (each advances every sequence): step ms, tokens/s =
+          B ÷ step; the pool's bytes per sequence; the first sequence's logits (prompt and every
+          step) checked teacher-forced against Session (the artifact's dense entry points).
+  limit   bytes a step must read ÷ copy bandwidth: every weight but the routed experts no
+          sequence chose (expected over uniform routing: E·(1 − (1 − k/E)^B) of E per layer),
+          plus each sequence's indexer keys (all its rows) and selected latent rows.
+  transformers  DeepseekV32ForCausalLM (bf16, the same weights; MXFP4 dequantized, exact in
+          bf16): the B prompts prefilled together in chunks, then the median of STEPS greedy
+          [B, 1] steps with its DynamicCache.
+Also: one sequence through Session's dense decode (the pre-Engine path), for the one-sequence
+goal; device bytes per sequence at 1K and 4K tokens (the pool blocks it holds).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import time
+from pathlib import Path
+
+STEPS = 16
+WARM = 3
+SETTINGS = {
+    "full": {
+        "checkpoint": "e2e",
+        "prompt": 4096,
+        "short_prompt": 1024,
+        "max_seq_len": 4096 + 128,
+        "batches": [1, 8, 32, 64],
+        "block_size": 64,
+        "chunk": 512,
+        "transformers_chunk": 256,
+    },
+    "tiny": {
+        "checkpoint": "tiny",
+        "prompt": 24,
+        "short_prompt": 8,
+        "max_seq_len": 96,
+        "batches": [1, 2, 3],
+        "block_size": 4,
+        "chunk": 8,
+        "transformers_chunk": 8,
+    },
+}
+SEED = 0
+SHIPPED = ["tools/bench/bench_gpu_engine.py"]
+
+
+def package(out: Path, config: str, target: str, cache: Path) -> dict:
+    from day0.lowering.driver import BuildOptions, compile_checkpoint
+    from day0.tools.bench import bench_checkpoint, bench_e2e
+
+    s = SETTINGS[config]
+    ckpt = bench_checkpoint.write(cache / f"ckpt-{s['checkpoint']}-{SEED}", s["checkpoint"], SEED)
+    art = out / "engine" / "artifact"
+    if art.exists():
+        shutil.rmtree(art)
+    options = BuildOptions(
+        target=target, max_seq_len=s["max_seq_len"], max_batch=max(s["batches"]), block_size=s["block_size"]
+    )
+    compile_checkpoint(ckpt, art, options)
+    bench_e2e.ship_sources(out, bench_e2e.SHIPPED + SHIPPED)
+    return {"checkpoint": s["checkpoint"], "seed": SEED, **s}
+
+
+# ---------------------------------------------------------------------------------------------
+# run (GPU host)
+
+
+def step_bytes(raw: dict, shards: Path, manifest, batch: int, length: int) -> dict:
+    """Bytes one decode step of `batch` sequences at `length` tokens must read (module docstring)."""
+    from safetensors import safe_open
+
+    experts = other = 0
+    for f in sorted(shards.glob("*.safetensors")):
+        with safe_open(f, "np") as h:
+            for name in h.keys():  # noqa: SIM118 (safe_open is not a mapping)
+                sl = h.get_slice(name)
+                n = math.prod(sl.get_shape()) * _itemsize(sl.get_dtype())
+                if ".mlp.experts." in name:
+                    experts += n
+                else:
+                    other += n
+    e, k = raw["n_routed_experts"], raw["num_experts_per_tok"]
+    chosen = 1 - (1 - k / e) ** batch
+    itemsize = {"float32": 4, "bfloat16": 2}
+    kv = next(p for p in manifest.paged.pools if p.kind == "mla_latent")
+    ix = next(p for p in manifest.paged.pools if p.kind == "indexer_keys")
+    per_seq = raw["num_hidden_layers"] * (
+        length * ix.shape[1] * itemsize[ix.dtype] + min(raw["index_topk"], length) * kv.shape[1] * itemsize[kv.dtype]
+    )
+    return {"weights": other + experts * chosen, "caches": batch * per_seq}
+
+
+def _itemsize(dtype: str) -> int:
+    return {"BF16": 2, "F16": 2, "F32": 4, "U8": 1, "I64": 8, "F8_E4M3": 1}[dtype]
+
+
+def _fill(eng, prompts: list[list[int]], keep_first: bool, new_tokens: int) -> dict:
+    """Add the prompts and step until every one decodes; returns the request ids, the tokens and
+    (keep_first) the first request's logits so far, and the time it took."""
+    rids = [
+        eng.add(p, max_new_tokens=new_tokens, stop=(), keep_logits=keep_first and i == 0) for i, p in enumerate(prompts)
+    ]
+    run = {"rids": rids, "tokens": {r: [] for r in rids}, "logits": []}
+    t0 = time.perf_counter()
+    while any(eng.phase(r) != "decoding" for r in rids):
+        _record(run, eng.step())
+    run["prefill_s"] = time.perf_counter() - t0
+    return run
+
+
+def _record(run: dict, progress: dict) -> None:
+    for r, prog in progress.items():
+        run["tokens"][r] += prog.tokens
+        if r == run["rids"][0]:
+            run["logits"] += prog.logits
+
+
+def _decode_steps(eng, run: dict) -> float:
+    """The median of STEPS batched decode steps (after WARM) over the running sequences."""
+    import numpy as np
+
+    times = []
+    for _ in range(WARM + STEPS):
+        t0 = time.perf_counter()
+        progress = eng.step()
+        times.append(time.perf_counter() - t0)
+        _record(run, progress)
+    return float(np.median(times[WARM:]))
+
+
+def _session_check(art: Path, ckpt: Path, device: str, prompt: list[int], tokens: list[int], logits) -> dict:
+    """Session (dense entry points) on the same prompt and tokens: teacher-forced agreement and
+    its one-sequence greedy decode step."""
+    import numpy as np
+
+    from day0.runtime.session import Session
+
+    s = Session.load(art, device=device, verify=False, checkpoint_dir=ckpt)
+    rows = [s.prefill(prompt)]
+    rows += [s.decode(t)[None] for t in tokens[: len(logits) - len(prompt)]]
+    want = np.concatenate(rows)
+    got = np.stack(logits)
+    err = np.abs(got - want).max(1) / np.abs(want).max(1)
+    s.reset()
+    tok = s.prefill_greedy(prompt)
+    times = []
+    for _ in range(WARM + STEPS):
+        t0 = time.perf_counter()
+        tok = s.decode_greedy(tok)
+        times.append(time.perf_counter() - t0)
+    return {
+        "prompt_max_rel_err": float(err[: len(prompt)].max()),
+        "decode_max_rel_err": float(err[len(prompt) :].max()) if len(err) > len(prompt) else 0.0,
+        "same_greedy_rows": float((got.argmax(1) == want.argmax(1)).mean()),
+        "session_decode_ms": 1e3 * float(np.median(times[WARM:])),
+    }
+
+
+def _transformers_batch(ref, cfg, prompts: list[list[int]], chunk: int, dev: str) -> dict:
+    """transformers eager: the batch's prompts prefilled together in chunks, then STEPS greedy
+    [B, 1] steps (median)."""
+    import numpy as np
+    import torch
+    import transformers
+
+    ids = torch.tensor(prompts, device=dev)
+    cache = transformers.DynamicCache(config=cfg)
+    with torch.no_grad():
+        for lo in range(0, ids.shape[1], chunk):
+            out = ref(ids[:, lo : lo + chunk], past_key_values=cache, use_cache=True)
+        tok = out.logits[:, -1].argmax(-1, keepdim=True)
+        times = []
+        for _ in range(WARM + STEPS):
+            torch.cuda.synchronize() if dev == "cuda" else None
+            t0 = time.perf_counter()
+            tok = ref(tok, past_key_values=cache, use_cache=True).logits[:, -1].argmax(-1, keepdim=True)
+            tok.cpu()
+            times.append(time.perf_counter() - t0)
+    del cache
+    return {"step_s": float(np.median(times[WARM:]))}
+
+
+def run(pkg: Path, spec: dict, device: str, transformers_too: bool = True) -> dict:
+    import numpy as np
+    import torch
+
+    from day0.runtime.engine import Engine
+    from day0.tools.bench import bench_checkpoint, bench_e2e
+    from day0.tools.bench.bench_gpu import copy_bandwidth
+
+    e = spec["engine"]
+    dev = "cuda" if device.startswith("cuda") else "cpu"
+    ckpt = bench_checkpoint.write(pkg / f"ckpt-{e['checkpoint']}-{e['seed']}", e["checkpoint"], e["seed"])
+    raw = json.loads((ckpt / "config.json").read_text())
+    art = pkg / "engine" / "artifact"
+    rng = np.random.default_rng(e["seed"])
+    most = max(e["batches"])
+    new_tokens = len(e["batches"]) * (WARM + STEPS) + 2  # every batch's steps, for every sequence
+    blocks = most * -(-(e["prompt"] + new_tokens) // e["block_size"]) + 1
+    eng = Engine.load(
+        art, device=device, verify=False, checkpoint_dir=ckpt, chunk=e["chunk"], num_blocks=blocks, max_running=most
+    )
+    bw = copy_bandwidth(dev)
+    res = {
+        "piece": "engine",
+        "prompt": e["prompt"],
+        "block_size": e["block_size"],
+        "batch_sizes": list(eng.layout.batch_sizes),
+        "block_bytes": eng.layout.block_bytes,
+        "copy_gb_s": bw / 1e9,
+        "rows": [],
+    }
+    short = _fill(eng, [rng.integers(0, raw["vocab_size"], e["short_prompt"]).tolist()], False, 2)
+    res["bytes_per_sequence"] = {e["short_prompt"]: eng.counters()["blocks_used"] * eng.layout.block_bytes}
+    eng.abort(short["rids"][0])
+    # every sequence's prompt runs once: the largest batch first, then sequences are aborted
+    # down to each smaller batch (the first one, checked against Session, stays to the end)
+    prompts = [rng.integers(0, raw["vocab_size"], e["prompt"]).tolist() for _ in range(most)]
+    run = _fill(eng, prompts, True, new_tokens)
+    res["prefill_s"] = {"sequences": most, "seconds": run["prefill_s"]}
+    res["bytes_per_sequence"][e["prompt"]] = eng.counters()["blocks_used"] / most * eng.layout.block_bytes
+    for b in sorted(e["batches"], reverse=True):
+        for r in run["rids"][b:]:
+            eng.abort(r)
+        step_s = _decode_steps(eng, run)
+        need = step_bytes(raw, ckpt, eng.manifest, b, e["prompt"])
+        row = {
+            "batch": b,
+            "compiled_batch": min(x for x in eng.layout.batch_sizes if x >= b),
+            "step_ms": 1e3 * step_s,
+            "tok_s": b / step_s,
+            "step_bytes": need,
+            "limit_ms": 1e3 * sum(need.values()) / bw,
+        }
+        res["rows"].insert(0, row)
+        print(json.dumps(row), flush=True)
+    first = run["rids"][0]
+    res["check"] = _session_check(art, ckpt, device, prompts[0], run["tokens"][first], run["logits"])
+    print(res["check"], flush=True)
+    del eng
+    if transformers_too:
+        model, _ = bench_e2e._day0_eager(ckpt, e["max_seq_len"], dev)
+        ref, _ = bench_e2e._transformers_eager(model, raw, dev, "bfloat16")
+        del model
+        if dev == "cuda":
+            torch.cuda.empty_cache()
+        cfg = ref.config
+        for row in res["rows"]:
+            t = _transformers_batch(ref, cfg, prompts[: row["batch"]], e["transformers_chunk"], dev)
+            row["transformers_step_ms"] = 1e3 * t["step_s"]
+            row["transformers_tok_s"] = row["batch"] / t["step_s"]
+            print(row["batch"], "transformers", row["transformers_step_ms"], flush=True)
+            if dev == "cuda":
+                torch.cuda.empty_cache()
+    return res
+
+
+def table(r: dict) -> str:
+    one = r["rows"][0]["step_ms"]
+    lines = [
+        f"{'sequences':>9}{'compiled':>9}{'step ms':>9}{'vs 1':>7}{'day0 tok/s':>11}{'transf. tok/s':>14}"
+        f"{'vs transf.':>11}{'limit ms':>9}{'of limit':>9}"
+    ]
+    for row in r["rows"]:
+        tt = row.get("transformers_tok_s")
+        lines.append(
+            f"{row['batch']:>9}{row['compiled_batch']:>9}{row['step_ms']:>9.2f}{row['step_ms'] / one:>7.2f}"
+            f"{row['tok_s']:>11.0f}{tt or float('nan'):>14.0f}{row['tok_s'] / tt if tt else float('nan'):>11.1f}"
+            f"{row['limit_ms']:>9.2f}{row['limit_ms'] / row['step_ms']:>9.1%}"
+        )
+    lines.append(
+        f"engine: prompts of {r['prompt']} tokens, blocks of {r['block_size']}; bytes per sequence {r['bytes_per_sequence']}"
+    )
+    return "\n".join(lines)
