@@ -80,13 +80,11 @@ class KPoolIndexer(nn.Module):
         """Write the new tokens' rows and rewrite the pools they touch; returns both caches.
         Caches addressed through `view` (dense, or paged pools whose blocks hold whole pools)."""
         token_cache = token_cache.index_copy(0, view.rows, self.token_rows(x))
-        if x.shape[0] == 1 or view.per_query:  # one new token per sequence: the pool holding it
-            pool = view.rows // self.kpool
-            pool_cache = pool_cache.index_copy(0, pool, self.pool_keys(token_cache, pool))
-        elif view.key_rows is None:  # a dense prompt: every pool (static shape)
+        if x.shape[0] > 1 and view.key_rows is None:  # a dense prompt: every pool (static shape)
             pool_cache = self.pool_keys(token_cache, torch.arange(pool_cache.shape[0], dtype=torch.int64))
-        else:  # a paged prompt chunk: every pool of its sequence up to the chunk's end
-            pool = view.pool_rows(self.kpool)[0]
+        else:  # the pool of each new token (a block holds whole pools), from its final rows; the
+            # tokens of one pool write the same keys there, so repeated indices agree
+            pool = view.rows // self.kpool
             pool_cache = pool_cache.index_copy(0, pool, self.pool_keys(token_cache, pool))
         return token_cache, pool_cache
 

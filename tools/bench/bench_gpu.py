@@ -447,7 +447,7 @@ def run(pkg: Path, device: str, json_out: Path | None, pieces=PIECES) -> list[di
         results.append(bench_gpu_glm5.run(pkg, spec, device))
         print(json.dumps(results[-1]), flush=True)
     if "engine" in pieces:
-        results.append(bench_gpu_engine.run(pkg, spec, device))
+        results.append(bench_gpu_engine.run(pkg, spec, device, bw))
         print(json.dumps(results[-1]), flush=True)
     print(table(results))
     if json_out:

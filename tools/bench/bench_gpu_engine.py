@@ -194,13 +194,13 @@ def _transformers_batch(ref, cfg, prompts: list[list[int]], chunk: int, dev: str
     return {"step_s": float(np.median(times[WARM:]))}
 
 
-def run(pkg: Path, spec: dict, device: str, transformers_too: bool = True) -> dict:
+def run(pkg: Path, spec: dict, device: str, bw: float, transformers_too: bool = True) -> dict:
+    """The engine rows (module docstring); bw: the device's copy bandwidth, bytes/s."""
     import numpy as np
     import torch
 
     from day0.runtime.engine import Engine
     from day0.tools.bench import bench_checkpoint, bench_e2e
-    from day0.tools.bench.bench_gpu import copy_bandwidth
 
     e = spec["engine"]
     dev = "cuda" if device.startswith("cuda") else "cpu"
@@ -214,7 +214,6 @@ def run(pkg: Path, spec: dict, device: str, transformers_too: bool = True) -> di
     eng = Engine.load(
         art, device=device, verify=False, checkpoint_dir=ckpt, chunk=e["chunk"], num_blocks=blocks, max_running=most
     )
-    bw = copy_bandwidth(dev)
     res = {
         "piece": "engine",
         "prompt": e["prompt"],
