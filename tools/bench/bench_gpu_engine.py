@@ -246,10 +246,10 @@ def run(pkg: Path, spec: dict, device: str, bw: float, transformers_too: bool = 
             "limit_ms": 1e3 * sum(need.values()) / bw,
         }
         res["rows"].insert(0, row)
-        print(json.dumps(row), flush=True)
+        print("engine row", json.dumps(row), flush=True)
     first = run["rids"][0]
     res["check"] = _session_check(art, ckpt, device, prompts[0], run["tokens"][first], run["logits"])
-    print(res["check"], flush=True)
+    print("engine check", json.dumps(res["check"]), flush=True)
     del eng
     if transformers_too:
         model, _ = bench_e2e._day0_eager(ckpt, e["max_seq_len"], dev)
