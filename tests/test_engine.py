@@ -162,3 +162,18 @@ def test_load_time_limits_are_named(artifact, name):
         Engine.load(artifact("ds-sparse"))
     with pytest.raises(ArtifactError, match=r"not on device 'cuda'"):
         Engine.load(artifact(name), device="cuda")
+
+
+def test_inspect_names_the_blocks_and_the_slots(artifact):
+    """`day0 inspect` of a paged kimi_linear artifact: the pools' block bytes and the slots'
+    recurrent state per sequence (KDA state and conv tails of its three KDA layers)."""
+    from day0.runtime.artifact import read_manifest
+    from day0.tools.artifact_summary import summary_json, summary_text
+
+    art = artifact("kl-base")
+    m = read_manifest(art)
+    paged = summary_json(m)["paged"]
+    assert paged["slot_bytes"] == sum(s.nbytes for s in m.paged.slots) > 0
+    assert {s.kind for s in m.paged.slots} == {"kda_state", "conv_tail"}
+    assert {p.kind for p in m.paged.pools} == {"mla_latent"}
+    assert f"in {len(m.paged.slots)} slot tensors" in summary_text(art, m)

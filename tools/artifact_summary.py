@@ -44,6 +44,7 @@ def summary_json(m) -> dict:
             "max_blocks": m.paged.max_blocks,
             "batch_sizes": list(m.paged.batch_sizes),
             "block_bytes": m.paged.block_bytes,
+            "slot_bytes": m.paged.slot_bytes,
         },
         "parameters": {
             "base_dir": m.parameters.base_dir,
@@ -104,6 +105,11 @@ def summary_text(artifact_dir: Path, m) -> str:
             f"paged         blocks of {pg.block_size} positions, {size(pg.block_bytes)} each across "
             f"{len(pg.pools)} pools (up to {pg.max_blocks} a sequence); batched decode for "
             f"{', '.join(map(str, pg.batch_sizes))} sequences"
+            + (
+                f"; {size(pg.slot_bytes)} of recurrent state a sequence in {len(pg.slots)} slot tensors"
+                if pg.slots
+                else ""
+            )
         )
     lines.append(f"compile flags {' '.join(m.compile_flags)}")
     lines.append(f"tools         {', '.join(f'{k} {v}' for k, v in m.tools.items())}")
