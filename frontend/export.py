@@ -25,13 +25,12 @@ PARAMETER_OP = "torch.day0.parameter"
 
 
 class _Prefill(nn.Module):
-    """Every entry point also returns the greedy next token after its last position (argmax on
+    """Every entry point also returns the greedy next token after its last position (chosen on
     the device, lowest id on ties, as runtime.sampling.greedy): greedy generation reads back 8
     bytes per call instead of the logits ([S, V] after a prompt). When that row holds a NaN or an
     infinity the token is NON_FINITE_TOKEN (-1), which the runtime reports instead of an argmax that
-    would depend on how the device orders NaN. The test is on the row's sum (sum · 0 == 0 exactly
-    when every value is finite, barring a sum past f32's range; `abs(x) < inf` all-reduced
-    beside the argmax compiled for CUDA too, but its results on the H200 were not trusted yet).
+    would depend on how the device orders NaN (greedy_token: a top-1, and the row's sum · 0 == 0,
+    which holds exactly when every value is finite, barring a sum past f32's range).
 
     The host checks ids and positions before a call; the step clamps them too (ids into the
     vocabulary, the written rows into the state's max_seq_len), so that no input, whatever the

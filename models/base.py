@@ -7,6 +7,8 @@ An architecture subclasses `CausalLM`, provides `state_specs()`, `step(ids, star
 tree mirrors the checkpoint's tensor names exactly.
 """
 
+import math
+
 import torch
 from torch import Tensor, nn
 
@@ -115,8 +117,9 @@ class CausalLM(nn.Module):
         return 1
 
     def paged_block_multiple(self) -> int:
-        """What a paged block size must be a multiple of (pooled rows fill whole blocks)."""
-        return 1
+        """What a paged block size must be a multiple of: every pooled row's positions, so that
+        pooled rows fill whole blocks."""
+        return math.lcm(*(self.positions_per_row(s) for s in self.state_specs() if s.kind not in SEQUENCE_KINDS))
 
     def paged_state(self, block: int) -> tuple[list[StateTensor], list[StateTensor]]:
         """The paged entry points' state: (pools, slots). Pools: each position-indexed tensor of

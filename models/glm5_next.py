@@ -308,10 +308,6 @@ class Glm5Next(CausalLM):
     def positions_per_row(self, spec: StateTensor) -> int:
         return self.cfg.index_kpool if spec.kind == "indexer_pools" else 1
 
-    def paged_block_multiple(self) -> int:
-        """A paged block must hold whole k-pools (models/paging.py CacheView.pool_rows)."""
-        return self.cfg.index_kpool if self.selection_width() is not None else 1
-
     def step(self, ids: Tensor, start: Tensor, *state: Tensor, trace: list | None = None) -> tuple[Tensor, ...]:
         """Run ids [S] at positions start..start+S-1 over the state; returns (logits [S, V], *state).
         trace: a list that receives (layer, selection) for every DSA layer (tests)."""

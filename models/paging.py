@@ -35,8 +35,6 @@ class CacheView:
     rows: Tensor
     key_rows: Tensor | None
     visible: Tensor
-    tables: Tensor | None = None  # paged: the block tables [G, nb] key_rows come from
-    block: int = 0  # paged: positions per block
 
     @property
     def keys(self) -> int:
@@ -69,10 +67,7 @@ class CacheView:
         cache row // pool."""
         if self.key_rows is None:
             return torch.arange(-(-self.keys // pool), dtype=torch.int64)[None, :]
-        per_block = self.block // pool  # (from the tables: a strided slice of key_rows, scattered
-        # into, failed IREE 3.13's CUDA bufferization)
-        rows = self.tables.to(torch.int64)[:, :, None] * per_block + torch.arange(per_block, dtype=torch.int64)
-        return rows.reshape(self.tables.shape[0], -1)
+        return self.key_rows[:, ::pool] // pool
 
     def gather_pools(self, cache: Tensor, pool: int) -> Tensor:
         """The key range's pooled rows of `cache` [T/pool, *row]: [L/pool, *row], or per query."""
@@ -106,4 +101,4 @@ def paged_view(positions: Tensor, tables: Tensor, block: int) -> CacheView:
     owner = key_rows[0:1].expand(positions.shape[0], -1) if group else key_rows
     rows = owner.gather(1, positions[:, None]).reshape(-1)  # slot `position` of the query's own range
     visible = torch.arange(key_rows.shape[1], dtype=torch.int64)[None, :] <= positions[:, None]
-    return CacheView(positions, rows, key_rows, visible, tables, block)
+    return CacheView(positions, rows, key_rows, visible)

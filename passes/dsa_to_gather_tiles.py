@@ -183,7 +183,8 @@ class DsaToGatherTiles(ModulePass):
                 block `pos` per query (a shorter last group likewise: the visible tail pool).
                 Tiles are then those groups, each gathered as one aligned block of the cache
                 (one index per query and tile instead of `block`); T must be a multiple of
-                block (a dynamic T, a paged pool, is taken to be). Overrides tile and decode-tile. 0 (default): gather slot by slot.
+                block (a dynamic T, a paged pool, is taken to be). Overrides tile and
+                decode-tile. 0 (default): gather slot by slot.
     """
 
     name = "dsa-to-gather-tiles"

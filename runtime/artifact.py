@@ -26,6 +26,7 @@ from day0.runtime.files import FileRecordError, MissingFileError, sha256_bytes, 
 MANIFEST = "manifest.json"
 VMFB = "model.vmfb"
 # 2: typed manifest; entry points say whether they return the greedy next token; `devices`.
+# 3: paged entry points take slots and per-sequence slot tensors (`paged.slots`).
 FORMAT_VERSION = 3
 
 

@@ -25,7 +25,6 @@ goal; device bytes per sequence at 1K and 4K tokens (the pool blocks it holds).
 from __future__ import annotations
 
 import json
-import math
 import shutil
 import time
 from pathlib import Path
@@ -79,33 +78,27 @@ def package(out: Path, config: str, target: str, cache: Path) -> dict:
 # run (GPU host)
 
 
-def step_bytes(raw: dict, shards: Path, manifest, batch: int, length: int) -> dict:
-    """Bytes one decode step of `batch` sequences at `length` tokens must read (module docstring)."""
-    from safetensors import safe_open
+def weight_bytes(shards: Path) -> dict:
+    """The checkpoint's bytes: routed experts and everything else (from the shards' headers)."""
+    from day0.models.checkpoint import read_shard_header
 
-    experts = other = 0
+    out = {"experts": 0, "other": 0}
     for f in sorted(shards.glob("*.safetensors")):
-        with safe_open(f, "np") as h:
-            for name in h.keys():  # noqa: SIM118 (safe_open is not a mapping)
-                sl = h.get_slice(name)
-                n = math.prod(sl.get_shape()) * _itemsize(sl.get_dtype())
-                if ".mlp.experts." in name:
-                    experts += n
-                else:
-                    other += n
+        for name, info in read_shard_header(f).items():
+            out["experts" if ".mlp.experts." in name else "other"] += info.nbytes
+    return out
+
+
+def step_bytes(raw: dict, weights: dict, manifest, batch: int, length: int) -> dict:
+    """Bytes one decode step of `batch` sequences at `length` tokens must read (module docstring);
+    weights: weight_bytes of the checkpoint."""
     e, k = raw["n_routed_experts"], raw["num_experts_per_tok"]
     chosen = 1 - (1 - k / e) ** batch
-    itemsize = {"float32": 4, "bfloat16": 2}
-    kv = next(p for p in manifest.paged.pools if p.kind == "mla_latent")
-    ix = next(p for p in manifest.paged.pools if p.kind == "indexer_keys")
+    row = {p.kind: p.nbytes // p.shape[0] for p in manifest.paged.pools}  # a pool row's bytes
     per_seq = raw["num_hidden_layers"] * (
-        length * ix.shape[1] * itemsize[ix.dtype] + min(raw["index_topk"], length) * kv.shape[1] * itemsize[kv.dtype]
+        length * row["indexer_keys"] + min(raw["index_topk"], length) * row["mla_latent"]
     )
-    return {"weights": other + experts * chosen, "caches": batch * per_seq}
-
-
-def _itemsize(dtype: str) -> int:
-    return {"BF16": 2, "F16": 2, "F32": 4, "U8": 1, "I64": 8, "F8_E4M3": 1}[dtype]
+    return {"weights": weights["other"] + weights["experts"] * chosen, "caches": batch * per_seq}
 
 
 def _fill(eng, prompts: list[list[int]], keep_first: bool, new_tokens: int) -> dict:
@@ -177,6 +170,8 @@ def _transformers_batch(ref, cfg, prompts: list[list[int]], chunk: int, dev: str
     import torch
     import transformers
 
+    from day0.tools.bench import bench_e2e
+
     ids = torch.tensor(prompts, device=dev)
     cache = transformers.DynamicCache(config=cfg)
     with torch.no_grad():
@@ -185,7 +180,7 @@ def _transformers_batch(ref, cfg, prompts: list[list[int]], chunk: int, dev: str
         tok = out.logits[:, -1].argmax(-1, keepdim=True)
         times = []
         for _ in range(WARM + STEPS):
-            torch.cuda.synchronize() if dev == "cuda" else None
+            bench_e2e._sync(dev)
             t0 = time.perf_counter()
             tok = ref(tok, past_key_values=cache, use_cache=True).logits[:, -1].argmax(-1, keepdim=True)
             tok.cpu()
@@ -194,7 +189,7 @@ def _transformers_batch(ref, cfg, prompts: list[list[int]], chunk: int, dev: str
     return {"step_s": float(np.median(times[WARM:]))}
 
 
-def run(pkg: Path, spec: dict, device: str, bw: float, transformers_too: bool = True) -> dict:
+def run(pkg: Path, spec: dict, device: str, bw: float) -> dict:
     """The engine rows (module docstring); bw: the device's copy bandwidth, bytes/s."""
     import numpy as np
     import torch
@@ -206,6 +201,7 @@ def run(pkg: Path, spec: dict, device: str, bw: float, transformers_too: bool = 
     dev = "cuda" if device.startswith("cuda") else "cpu"
     ckpt = bench_checkpoint.write(pkg / f"ckpt-{e['checkpoint']}-{e['seed']}", e["checkpoint"], e["seed"])
     raw = json.loads((ckpt / "config.json").read_text())
+    weights = weight_bytes(ckpt)
     art = pkg / "engine" / "artifact"
     rng = np.random.default_rng(e["seed"])
     most = max(e["batches"])
@@ -236,7 +232,7 @@ def run(pkg: Path, spec: dict, device: str, bw: float, transformers_too: bool = 
         for r in run["rids"][b:]:
             eng.abort(r)
         step_s = _decode_steps(eng, run)
-        need = step_bytes(raw, ckpt, eng.manifest, b, e["prompt"])
+        need = step_bytes(raw, weights, eng.manifest, b, e["prompt"])
         row = {
             "batch": b,
             "compiled_batch": min(x for x in eng.layout.batch_sizes if x >= b),
@@ -251,20 +247,19 @@ def run(pkg: Path, spec: dict, device: str, bw: float, transformers_too: bool = 
     res["check"] = _session_check(art, ckpt, device, prompts[0], run["tokens"][first], run["logits"])
     print("engine check", json.dumps(res["check"]), flush=True)
     del eng
-    if transformers_too:
-        model, _ = bench_e2e._day0_eager(ckpt, e["max_seq_len"], dev)
-        ref, _ = bench_e2e._transformers_eager(model, raw, dev, "bfloat16")
-        del model
+    model, _ = bench_e2e._day0_eager(ckpt, e["max_seq_len"], dev)
+    ref, _ = bench_e2e._transformers_eager(model, raw, dev, "bfloat16")
+    del model
+    if dev == "cuda":
+        torch.cuda.empty_cache()
+    cfg = ref.config
+    for row in res["rows"]:
+        t = _transformers_batch(ref, cfg, prompts[: row["batch"]], e["transformers_chunk"], dev)
+        row["transformers_step_ms"] = 1e3 * t["step_s"]
+        row["transformers_tok_s"] = row["batch"] / t["step_s"]
+        print(row["batch"], "transformers", row["transformers_step_ms"], flush=True)
         if dev == "cuda":
             torch.cuda.empty_cache()
-        cfg = ref.config
-        for row in res["rows"]:
-            t = _transformers_batch(ref, cfg, prompts[: row["batch"]], e["transformers_chunk"], dev)
-            row["transformers_step_ms"] = 1e3 * t["step_s"]
-            row["transformers_tok_s"] = row["batch"] / t["step_s"]
-            print(row["batch"], "transformers", row["transformers_step_ms"], flush=True)
-            if dev == "cuda":
-                torch.cuda.empty_cache()
     return res
 
 
