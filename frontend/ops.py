@@ -59,17 +59,22 @@ def keeping(names):
         _KEPT.reset(token)
 
 
-def indexer_scores(q: Tensor, keys: Tensor, weights: Tensor, scale: float) -> Tensor:
-    """The DSA lightning indexer's scores: out[s, t] = Σ_h weights[s, h] · relu(scale · q[s, h]·keys[t]).
+def indexer_scores(q: Tensor, keys: Tensor, weights: Tensor, scale: float, rows: Tensor | None = None) -> Tensor:
+    """The DSA lightning indexer's scores: out[s, t] = Σ_h weights[s, h] · relu(scale · q[s, h]·k[s, t]).
 
-    q: [S, H, D] f32; keys: [T, D] (any float dtype, widened), or [S, T, D], one key range per
-    query (a batched decode step over paged caches: models/paging.py, written out as einsums);
-    weights: [S, H] f32 -> [S, T] f32.
+    q: [S, H, D] f32; weights: [S, H] f32 -> [S, T] f32. Keys (any float dtype, widened):
+      rows None   keys [T, D], the same T keys for every query: k[s, t] = keys[t];
+      rows [S, T] int64, one key range per query (a batched decode step over a paged pool:
+                  models/paging.py): k[s, t] = keys[rows[s, t]], keys the whole pool [R, D].
+    A target that keeps `indexer_scores` gets `day0::indexer_scores` or `day0::indexer_scores_rows`
+    (its kernel reads each query's rows in place, no gathered copy).
     """
-    if keys.dim() == 3:
-        dots = torch.einsum("shd,std->sht", q, keys.float()) * scale
-        return torch.einsum("sh,sht->st", weights, torch.relu(dots))
-    if "indexer_scores" in _KEPT.get():
+    kept = "indexer_scores" in _KEPT.get()
+    if rows is not None:
+        if kept:
+            return torch.ops.day0.indexer_scores_rows(q, keys, rows, weights, scale)
+        return indexer_scores_rows_reference(q, keys, rows, weights, scale)
+    if kept:
         return torch.ops.day0.indexer_scores(q, keys, weights, scale)
     return indexer_scores_reference(q, keys, weights, scale)
 
@@ -78,6 +83,12 @@ def indexer_scores_reference(q: Tensor, keys: Tensor, weights: Tensor, scale: fl
     keys = keys if keys.dtype == torch.float32 else keys.float()
     scores = torch.relu(torch.einsum("shd,td->sht", q, keys) * scale)  # [S, H, T]
     return torch.einsum("sh,sht->st", weights, scores)
+
+
+def indexer_scores_rows_reference(q: Tensor, keys: Tensor, rows: Tensor, weights: Tensor, scale: float) -> Tensor:
+    gathered = keys.index_select(0, rows.reshape(-1)).view(*rows.shape, keys.shape[1]).float()  # [S, T, D]
+    dots = torch.einsum("shd,std->sht", q, gathered) * scale
+    return torch.einsum("sh,sht->st", weights, torch.relu(dots))
 
 
 @torch.library.custom_op("day0::indexer_scores", mutates_args=())
@@ -89,6 +100,17 @@ def _indexer_scores_op(q: Tensor, keys: Tensor, weights: Tensor, scale: float) -
 def _(q: Tensor, keys: Tensor, weights: Tensor, scale: float) -> Tensor:
     torch._check(q.dim() == 3 and keys.dim() == 2 and weights.dim() == 2)
     return q.new_empty(q.shape[0], keys.shape[0])
+
+
+@torch.library.custom_op("day0::indexer_scores_rows", mutates_args=())
+def _indexer_scores_rows_op(q: Tensor, keys: Tensor, rows: Tensor, weights: Tensor, scale: float) -> Tensor:
+    return indexer_scores_rows_reference(q, keys, rows, weights, scale)
+
+
+@_indexer_scores_rows_op.register_fake
+def _(q: Tensor, keys: Tensor, rows: Tensor, weights: Tensor, scale: float) -> Tensor:
+    torch._check(q.dim() == 3 and keys.dim() == 2 and rows.dim() == 2 and weights.dim() == 2)
+    return q.new_empty(rows.shape[0], rows.shape[1])
 
 
 # --- MXFP4 (OCP microscaling: E2M1 codes two per byte, low nibble = even element, one E8M0 scale

@@ -62,8 +62,10 @@ def f32_bits(x: float) -> int:
 # ---------------------------------------------------------------------------------------------
 # indexer_scores.cu: day0::indexer_scores, out [S, T] f32 = Σ_h w[s, h] · relu(scale · q[s, h]·keys[t])
 
-# f32 keys (exact FMAs) | bf16 keys, exact FMAs | bf16 keys on tensor cores (q as two bf16 terms)
+# f32 keys (exact FMAs) | bf16 keys, exact FMAs | bf16 keys on tensor cores (q as two bf16 terms);
+# then the same three reading key t of query s at row rows[s, t] of a pool (day0::indexer_scores_rows)
 INDEXER_KERNELS = ("f32", "bf16", "bf16_mma")
+INDEXER_ROWS_KERNELS = tuple(f"rows_{k}" for k in INDEXER_KERNELS)
 
 
 def indexer_entry(kernel: str) -> str:
@@ -75,7 +77,9 @@ INDEXER_SCORES = KernelSet(
     "indexer_scores.cu",
     "indexer_scores.sm_90.ptx",
     # q, keys, w | out ; H, D, T, scale bits ; grid (indexer_grid_x(kernel, T), S)
-    tuple(Entry(indexer_entry(kernel), (True, True, True, False), 4, 2) for kernel in INDEXER_KERNELS),
+    tuple(Entry(indexer_entry(kernel), (True, True, True, False), 4, 2) for kernel in INDEXER_KERNELS)
+    # q, keys, rows, w | out ; the same constants and grid
+    + tuple(Entry(indexer_entry(kernel), (True, True, True, True, False), 4, 2) for kernel in INDEXER_ROWS_KERNELS),
 )
 INDEXER_KEYS_PER_CTA = 128  # KEYS in the .cu
 INDEXER_MAX_H, INDEXER_MAX_D = 64, 128  # the kernels' shared-memory layout (MAX_H, MAX_D)
@@ -90,7 +94,7 @@ def indexer_grid_x(kernel: str, T: int) -> int:
     """CTAs per query for `kernel` over T keys: ceil(T / 128), and for bf16_mma at most
     max(INDEXER_MMA_CTAS, ceil(T / INDEXER_MMA_MAX_KEYS)) (the kernel takes any grid x)."""
     x = cdiv(T, INDEXER_KEYS_PER_CTA)
-    return min(x, max(INDEXER_MMA_CTAS, cdiv(T, INDEXER_MMA_MAX_KEYS))) if kernel == "bf16_mma" else x
+    return min(x, max(INDEXER_MMA_CTAS, cdiv(T, INDEXER_MMA_MAX_KEYS))) if kernel.endswith("bf16_mma") else x
 
 
 def indexer_grid(kernel: str, S: int, T: int) -> Grid:

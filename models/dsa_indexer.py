@@ -54,20 +54,29 @@ class Indexer(nn.Module):
         return torch.cat([rotate_half_split(k[:, : self.rope_dim], cos, sin), k[:, self.rope_dim :]], -1)
 
     def select(
-        self, x: Tensor, q_resid: Tensor, cos: Tensor, sin: Tensor, key_cache: Tensor, visible: Tensor, k: int
+        self,
+        x: Tensor,
+        q_resid: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        keys: tuple[Tensor, Tensor | None],
+        visible: Tensor,
+        k: int,
     ) -> Tensor:
         """Selected slots [S, k] int64 (-1 = empty) of the key range for queries x [S, hidden].
 
-        key_cache: the key range's rows, new keys already written: [L, d_I] shared by every query,
-        or [S, L, d_I], one range per query (a batch of sequences: models/paging.py); visible:
-        [S, L] bool; k: the static selection width (≤ index_topk).
+        keys: the key range, new keys already written (CacheView.indexed): (rows [L, d_I], None)
+        shared by every query, or (the cache, its rows [S, L]), one range per query (a batch of
+        sequences: models/paging.py); visible: [S, L] bool; k: the static selection width
+        (≤ index_topk).
         """
         s = x.shape[0]
         q = linear(q_resid, self.wq_b).view(s, self.heads, self.head_dim)
         q = torch.cat([rotate_half_split(q[..., : self.rope_dim], cos, sin), q[..., self.rope_dim :]], -1)
         weights = linear(x, self.weights_proj) * self.heads**-0.5  # [S, H_I]
         # Σ_h w_h · relu(q_h · k_t / sqrt(d_I)): [S, L]
-        index = ops.indexer_scores(q, key_cache, weights, self.head_dim**-0.5)
+        cache, rows = keys
+        index = ops.indexer_scores(q, cache, weights, self.head_dim**-0.5, rows)
         index = index.masked_fill(~visible, INVISIBLE)
         # k empty columns keep top-k defined when fewer than k keys are in range (a short first
         # prefill over its own L = S keys); they come back as -1 like any invisible slot.

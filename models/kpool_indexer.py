@@ -94,8 +94,8 @@ class KPoolIndexer(nn.Module):
         s = x.shape[0]
         q = linear(q_resid, self.wq_b).view(s, self.heads, self.head_dim)
         weights = linear(x, self.weights_proj) * self.heads**-0.5  # [S, H_I]
-        keys = view.gather_pools(pool_cache, self.kpool)  # [P, d_I], or [S, P, d_I] per query
-        scores = ops.indexer_scores(q, keys, weights, self.head_dim**-0.5)  # [S, P]
+        keys, rows = view.indexed_pools(pool_cache, self.kpool)  # [P, d_I], or the pool and rows [S, P]
+        scores = ops.indexer_scores(q, keys, weights, self.head_dim**-0.5, rows)  # [S, P]
         complete = (view.positions[:, None] + 1) // self.kpool  # pools whose end is visible
         visible = torch.arange(scores.shape[1], dtype=torch.int64)[None, :] < complete
         return scores.masked_fill(~visible, INVISIBLE)

@@ -60,6 +60,15 @@ class CacheView:
         rows = cache.index_select(0, self.key_rows.reshape(-1)).view(*self.key_rows.shape, *cache.shape[1:])
         return rows if self.per_query else rows[0]
 
+    def indexed(self, cache: Tensor) -> tuple[Tensor, Tensor | None]:
+        """An indexer's keys for ops.indexer_scores: (the key range's rows [L, *row], None), shared
+        by every query; or per query (cache, key_rows [S, L]), which the op reads in place."""
+        return (cache, self.key_rows) if self.per_query else (self.gather(cache), None)
+
+    def indexed_pools(self, cache: Tensor, pool: int) -> tuple[Tensor, Tensor | None]:
+        """`indexed` for a cache of one row per `pool` positions (see pool_rows)."""
+        return (cache, self.pool_rows(pool)) if self.per_query else (self.gather_pools(cache, pool), None)
+
     def pool_rows(self, pool: int) -> Tensor:
         """Rows [G, L/pool] of a cache holding one row per `pool` consecutive positions (the
         k-pool keys): row j of group g holds the pool of slots j·pool .. j·pool + pool - 1. Paged,

@@ -1,5 +1,6 @@
-"""indexer-scores-to-cuda-kernel: run `torch.day0.indexer_scores` as day0's CUDA kernel
-(lowering/kernels/indexer_scores.cu), one IREE external dispatch, on the cuda-sm90 target.
+"""indexer-scores-to-cuda-kernel: run `torch.day0.indexer_scores` and its rows form
+`torch.day0.indexer_scores_rows` as day0's CUDA kernels (lowering/kernels/indexer_scores.cu), one
+IREE external dispatch each, on the cuda-sm90 target.
 
 Only the CUDA pipeline sees the op: export decomposes it for every other target into its
 reference einsum/ReLU/einsum (frontend.export.DECOMPOSABLE; the targets that keep it:
@@ -15,9 +16,12 @@ Precondition: every
 
 keeps the op's contract (passes/sites/indexer_scores.py: static H and D, S and T static or
 dynamic, the scale from torch.constant.float), with H <= 64 and D <= 128 (the kernels' shared
-memory).
-Rewrite: a call of @day0_indexer_scores_<kernel>_H<H>_D<D>_T<T|q>_s<scale bits>(qb, kb, wb) whose
-body is one flow.dispatch of kernel over the grid (x, S):
+memory); and every rows form, whose key t of query s is row rows[s, t] of a pool [R, D]
+(a batched decode step over paged caches: each query reads its own rows in place, where IREE's
+gather-then-contract took 5.4 ms a layer for 64 queries of 4K keys on the H200, docs/perf.md).
+Rewrite: a call of @day0_indexer_scores_<kernel>_H<H>_D<D>_T<T|q>_s<scale bits>(qb, kb, [rb,] wb)
+whose body is one flow.dispatch of kernel over the grid (x, S), kernel rows_<kernel> for the
+rows form:
   f32        f32 keys: exact f32 FMAs, x = ceil(T / 128).
   bf16_mma   bf16 keys (default): tensor cores, x = min(ceil(T / 128), max(264, ceil(T / 2048)))
              (each CTA takes a contiguous range of ceil(ceil(T / 16) / x) tiles of 16 keys).
@@ -40,7 +44,7 @@ from dataclasses import dataclass
 from day0.frontend.ir import ir
 from day0.lowering import kernel_geometry as kg
 from day0.passes.extern_dispatch import KernelCallPass, scale_tag, tensor_text
-from day0.passes.sites.indexer_scores import OP_NAME, IndexerScoresSite, match_indexer_scores
+from day0.passes.sites.indexer_scores import OP_NAME, ROWS_OP_NAME, IndexerScoresSite, match_indexer_scores
 from day0.passes.torch_ir import TensorType, TorchBuilder, replace_op
 
 EXECUTABLE = kg.INDEXER_SCORES.executable
@@ -51,16 +55,15 @@ def function_name(kernel: str, H: int, D: int, T: int | None, scale: float) -> s
 
 
 def function_text(kernel: str, H: int, D: int, T: int | None, scale: float) -> str:
-    dt = kernel.split("_")[0]  # the keys' element type
-    q_t, k_t, w_t, o_t = (
-        f"tensor<?x{H}x{D}xf32>",
-        tensor_text((T, D), dt),
-        f"tensor<?x{H}xf32>",
-        tensor_text((None, T), "f32"),
-    )
+    rows = kernel.startswith("rows_")
+    dt = kernel.removeprefix("rows_").split("_")[0]  # the keys' element type
+    q_t, w_t, o_t = f"tensor<?x{H}x{D}xf32>", f"tensor<?x{H}xf32>", tensor_text((None, T), "f32")
+    # the T keys, or (rows form) the pool of any row count and the rows [S, T]
+    k_t = tensor_text((None, D), dt) if rows else tensor_text((T, D), dt)
+    r_t = tensor_text((None, T), "i64")
     if T is None:
         gx = "%gx"
-        if kernel == "bf16_mma":
+        if kernel.endswith("bf16_mma"):
             gx = "%gx0"
             cap = f"""
     %most = arith.constant {kg.INDEXER_MMA_MAX_KEYS} : index
@@ -70,25 +73,36 @@ def function_text(kernel: str, H: int, D: int, T: int | None, scale: float) -> s
     %gx = arith.minui %gx0, %cap : index"""
         else:
             cap = ""
-        t_lines = f"""    %t = tensor.dim %k, %c0 : {k_t}
+        t_of = f"tensor.dim %r, %c1 : {r_t}" if rows else f"tensor.dim %k, %c0 : {k_t}"
+        t_lines = f"""    %t = {t_of}
     %per = arith.constant {kg.INDEXER_KEYS_PER_CTA} : index
     {gx} = arith.ceildivui %t, %per : index{cap}
     %T = arith.index_cast %t : index to i32"""
-        k_dims, o_dims = "{%t}", "{%s, %t}"
+        o_dims = "{%s, %t}"
     else:
         t_lines = f"""    %gx = arith.constant {kg.indexer_grid_x(kernel, T)} : index
     %T = arith.constant {T} : i32"""
-        k_dims, o_dims = "", "{%s}"
+        o_dims = "{%s}"
+    if rows:
+        params, operands = f"%q: {q_t}, %k: {k_t}, %r: {r_t}, %w: {w_t}", "%q, %k, %r, %w"
+        types = f"{q_t}{{%s}}, {k_t}{{%n}}, {r_t}{{{'%s, %t' if T is None else '%s'}}}, {w_t}{{%s}}"
+        extra = f"""
+    %c1 = arith.constant 1 : index
+    %n = tensor.dim %k, %c0 : {k_t}"""
+    else:
+        params, operands = f"%q: {q_t}, %k: {k_t}, %w: {w_t}", "%q, %k, %w"
+        types = f"{q_t}{{%s}}, {k_t}{'{%t}' if T is None else ''}, {w_t}{{%s}}"
+        extra = ""
     return f"""
-  func.func private @{function_name(kernel, H, D, T, scale)}(%q: {q_t}, %k: {k_t}, %w: {w_t}) -> {o_t} {{
-    %c0 = arith.constant 0 : index
+  func.func private @{function_name(kernel, H, D, T, scale)}({params}) -> {o_t} {{
+    %c0 = arith.constant 0 : index{extra}
     %s = tensor.dim %q, %c0 : {q_t}
 {t_lines}
     %H = arith.constant {H} : i32
     %D = arith.constant {D} : i32
     %scale = arith.constant {kg.f32_bits(scale)} : i32
-    %o = flow.dispatch @{EXECUTABLE}::@{kg.indexer_entry(kernel)}[%gx, %s](%H, %D, %T, %scale, %q, %k, %w)
-        : (i32, i32, i32, i32, {q_t}{{%s}}, {k_t}{k_dims}, {w_t}{{%s}}) -> {o_t}{o_dims}
+    %o = flow.dispatch @{EXECUTABLE}::@{kg.indexer_entry(kernel)}[%gx, %s](%H, %D, %T, %scale, {operands})
+        : (i32, i32, i32, i32, {types}) -> {o_t}{o_dims}
     return %o : {o_t}
   }}"""
 
@@ -103,42 +117,50 @@ class IndexerScoresToCudaKernel(KernelCallPass):
     name = "indexer-scores-to-cuda-kernel"
     tensor_cores: bool = True
 
-    op_names = (OP_NAME,)
+    op_names = (OP_NAME, ROWS_OP_NAME)
     kernels = (kg.INDEXER_SCORES,)
     match = staticmethod(match_indexer_scores)
     function_name = staticmethod(function_name)
     function_text = staticmethod(function_text)
 
-    def kernel(self, key_dtype: str) -> str:
-        return "bf16_mma" if key_dtype == "bf16" and self.tensor_cores else key_dtype
+    def kernel(self, key_dtype: str, rows: bool = False) -> str:
+        kernel = "bf16_mma" if key_dtype == "bf16" and self.tensor_cores else key_dtype
+        return f"rows_{kernel}" if rows else kernel
 
     def key(self, site: IndexerScoresSite) -> tuple:
-        return (self.kernel(site.key_dtype), site.H, site.D, site.T, site.scale)
+        return (self.kernel(site.key_dtype, site.rows), site.H, site.D, site.T, site.scale)
 
     @staticmethod
     def refuse(site: IndexerScoresSite) -> str | None:
         """What the kernels cannot take (their shared memory holds H <= 64 heads of D <= 128)."""
         if site.H > kg.INDEXER_MAX_H or site.D > kg.INDEXER_MAX_D:
+            what = "indexer_scores_rows" if site.rows else "indexer_scores"
             return (
-                f"indexer_scores: the CUDA kernel takes H <= {kg.INDEXER_MAX_H} heads of D <= {kg.INDEXER_MAX_D}, "
+                f"{what}: the CUDA kernel takes H <= {kg.INDEXER_MAX_H} heads of D <= {kg.INDEXER_MAX_D}, "
                 f"got H={site.H}, D={site.D}"
             )
         return None
 
     @staticmethod
     def rewrite(site: IndexerScoresSite, fn: str) -> None:
+        """The call of `fn`, each operand cast to its parameter's type (S dynamic; the rows form's
+        pool of any row count)."""
         op = site.op
         b = TorchBuilder(op)
-        S, H, D, T = site.S, site.H, site.D, site.T
-        q, keys, w, _ = op.operands
+        S, H, D, T, kd = site.S, site.H, site.D, site.T, site.key_dtype
+        tensors = op.operands[:-1]  # q, keys, [rows,] w
+        params = [((None, H, D), "f32"), ((None, D) if site.rows else (T, D), kd)]
+        params += [((None, T), "i64")] if site.rows else []
+        params += [((None, H), "f32")]
+        have = [TensorType.of(v).dims for v in tensors]
         args = [
-            b.op("torch_c.to_builtin_tensor", [q], tensor_text((S, H, D), "f32")),
-            b.op("torch_c.to_builtin_tensor", [keys], tensor_text((T, D), site.key_dtype)),
-            b.op("torch_c.to_builtin_tensor", [w], tensor_text((S, H), "f32")),
+            b.op("torch_c.to_builtin_tensor", [v], tensor_text(h, elem))
+            for v, h, (_, elem) in zip(tensors, have, params)
         ]
-        if S is not None:
-            args[0] = b.op("tensor.cast", [args[0]], tensor_text((None, H, D), "f32"))
-            args[2] = b.op("tensor.cast", [args[2]], tensor_text((None, H), "f32"))
+        args = [
+            x if h == dims else b.op("tensor.cast", [x], tensor_text(dims, elem))
+            for x, h, (dims, elem) in zip(args, have, params)
+        ]
         y = b.op("func.call", args, tensor_text((None, T), "f32"), {"callee": ir.FlatSymbolRefAttr.get(fn)})
         if S is not None:
             y = b.op("tensor.cast", [y], tensor_text((S, T), "f32"))

@@ -103,18 +103,10 @@ _GLM_MXFP4 = dict(
 )
 
 PARITY = {
-    # K = 8 < prompt 20, one tile; no tokenizer (tests the --prompt error).
+    # K = 8 < prompt 20, one tile; no tokenizer (tests the --prompt error). Also the Engine's paged
+    # entry points: blocks of 4 positions, batched decode steps for 1 and 3 sequences
+    # (tests/test_engine.py; its dense entry points serve as the oracle).
     "ds-sparse": dict(
-        arch="deepseek_v32", config=_DS_SPARSE, seed=1, tile=64, max_seq_len=64, prompt=20, tokenizer=False
-    ),
-    # K = 24 in tiles of 8, prompt 40 > K; prompts of 16+ tokens run as static chunks of 16 (the
-    # cuda-sm90 form; the 40-token prompt: 0-16, 16-32, then 24-40 re-running 24-32).
-    "ds-tiles": dict(
-        arch="deepseek_v32", config=_DS_TILES, seed=2, tile=8, max_seq_len=96, prompt=40, prefill_chunk=16
-    ),
-    # ds-sparse with the paged entry points of the Engine: blocks of 4 positions, batched decode
-    # steps for 1 and 3 sequences (tests/test_engine.py; its dense entry points serve as the oracle)
-    "ds-sparse-paged": dict(
         arch="deepseek_v32",
         config=_DS_SPARSE,
         seed=1,
@@ -124,6 +116,11 @@ PARITY = {
         tokenizer=False,
         max_batch=3,
         block_size=4,
+    ),
+    # K = 24 in tiles of 8, prompt 40 > K; prompts of 16+ tokens run as static chunks of 16 (the
+    # cuda-sm90 form; the 40-token prompt: 0-16, 16-32, then 24-40 re-running 24-32).
+    "ds-tiles": dict(
+        arch="deepseek_v32", config=_DS_TILES, seed=2, tile=8, max_seq_len=96, prompt=40, prefill_chunk=16
     ),
     # three layers (two MoE), group-limited routing over 4 groups, many shards.
     "ds-sharded": dict(
@@ -146,19 +143,10 @@ PARITY = {
         prompt=24,
         experts="compressed-tensors",
     ),
-    # gpt-oss MXFP4 checkpoints (gpt-oss layout): 2 layers / 4 experts; hidden 96, 8 experts,
-    # 3 layers; 4 layers with YaRN rope shaped like the released config.
-    "oss-base": dict(arch="gpt_oss", config={}, seed=1, max_seq_len=48, prompt=8, experts="gpt-oss"),
-    # oss-base with the Engine's paged entry points (as ds-sparse-paged)
-    "oss-base-paged": dict(
-        arch="gpt_oss",
-        config={},
-        seed=1,
-        max_seq_len=48,
-        prompt=8,
-        experts="gpt-oss",
-        max_batch=3,
-        block_size=4,
+    # gpt-oss MXFP4 checkpoints (gpt-oss layout): 2 layers / 4 experts (also paged, as ds-sparse);
+    # hidden 96, 8 experts, 3 layers; 4 layers with YaRN rope shaped like the released config.
+    "oss-base": dict(
+        arch="gpt_oss", config={}, seed=1, max_seq_len=48, prompt=8, experts="gpt-oss", max_batch=3, block_size=4
     ),
     "oss-wide": dict(
         arch="gpt_oss",
@@ -171,7 +159,7 @@ PARITY = {
     "oss-yarn": dict(arch="gpt_oss", config=_OSS_YARN, seed=3, max_seq_len=48, prompt=10, experts="gpt-oss"),
     # kimi_linear (f32): KDA + MLA, 2 layers; 3:1 with a q LoRA and grouped routing, 4 layers (prompt
     # of 2 chunks + 2); MLA first, conv kernel 3, two shared experts (prompt of exactly one chunk).
-    # kl-base and glm-base also have the Engine's paged entry points (as ds-sparse-paged)
+    # kl-base and glm-base also have the Engine's paged entry points (as ds-sparse)
     "kl-base": dict(arch="kimi_linear", config={}, seed=1, max_seq_len=96, prompt=70, max_batch=3, block_size=4),
     "kl-hybrid": dict(arch="kimi_linear", config=_KL_HYBRID, seed=2, max_seq_len=160, prompt=130),
     "kl-mla-first": dict(arch="kimi_linear", config=_KL_MLA_FIRST, seed=3, max_seq_len=96, prompt=64),

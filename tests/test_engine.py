@@ -19,7 +19,7 @@ from parity_configs import PARITY  # noqa: E402
 TOL = 1e-5
 
 
-@pytest.fixture(params=["ds-sparse-paged", "oss-base-paged", "kl-base", "glm-base"])
+@pytest.fixture(params=["ds-sparse", "oss-base", "kl-base", "glm-base"])
 def name(request) -> str:
     """Artifacts with blocks of 4 positions and batched decode steps for 1 and 3 sequences:
     deepseek_v32, gpt_oss, kimi_linear and glm5_next (KDA state in slots)."""
@@ -159,7 +159,7 @@ def test_load_time_limits_are_named(artifact, name):
     with pytest.raises(EngineError, match=r"num_blocks must be an integer >= 2"):
         Engine.load(artifact(name), num_blocks=1)
     with pytest.raises(EngineError, match=r"no paged entry points: compile it with --max-batch"):
-        Engine.load(artifact("ds-sparse"))
+        Engine.load(artifact("ds-tiles"))
     with pytest.raises(ArtifactError, match=r"not on device 'cuda'"):
         Engine.load(artifact(name), device="cuda")
 

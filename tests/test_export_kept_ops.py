@@ -56,3 +56,34 @@ def test_cuda_pipeline_with_the_indexer_kernel_compiles(tmp_path):
         progress=lambda *a: None,
     )
     assert b"day0_indexer_scores_f32" in (tmp_path / "a" / "model.vmfb").read_bytes()
+
+
+def test_batched_decode_steps_keep_the_rows_form(demo_model):
+    """A batched paged decode step (one key range per query) scores through the pool's rows
+    (`day0::indexer_scores_rows`); a prompt chunk and a one-sequence step (one key range for
+    all of its queries) keep the shared-keys form."""
+    from day0.frontend.export import PagedExport
+
+    layers = demo_model.cfg.num_hidden_layers
+    mlir = export_model(demo_model, 64, keep=("indexer_scores",), paged=PagedExport(4, (1, 3))).mlir
+    assert mlir.count('torch.operator "torch.day0.indexer_scores_rows"') == layers  # paged_decode_3
+    cpu = export_model(demo_model, 64, paged=PagedExport(4, (1, 3))).mlir
+    assert "indexer_scores_rows" not in cpu
+
+
+def test_the_rows_form_is_the_gathered_form():
+    import torch
+
+    from day0.frontend import ops
+
+    g = torch.Generator().manual_seed(0)
+    q, w = torch.randn(3, 4, 16, generator=g), torch.randn(3, 4, generator=g)
+    pool = torch.randn(40, 16, generator=g).to(torch.bfloat16)
+    rows = torch.randint(0, 40, (3, 9), generator=g)
+    got = ops.indexer_scores(q, pool, w, 0.25, rows)
+    with ops.keeping(("indexer_scores",)):
+        kept = ops.indexer_scores(q, pool, w, 0.25, rows)
+    for s in range(3):
+        want = ops.indexer_scores_reference(q[s : s + 1], pool[rows[s]], w[s : s + 1], 0.25)
+        torch.testing.assert_close(got[s : s + 1], want, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(kept, got)

@@ -1,9 +1,12 @@
 // The DSA lightning indexer's scores (`day0::indexer_scores`) for IREE's CUDA target (sm_90):
 //   out[s, t] = Σ_h w[s, h] · relu(scale · q[s, h, :] · keys[t, :])
 // q [S, H, D] f32, keys [T, D] (f32 or bf16), w [S, H] f32, out [S, T] f32; H <= 64, D <= 128.
+// The rows form (`day0::indexer_scores_rows`, a batched decode step over paged caches) reads key t
+// of query s at row rows[s, t] of keys [R, D] (a pool): rows [S, T] int64, out [S, T].
 //
-// Dispatched by the `indexer-scores-to-cuda-kernel` pass (IREE external dispatch ABI: q, keys, w,
-// out, then the push constants H, D, T, scale bits; grid (x, S), a CTA takes keys of one query).
+// Dispatched by the `indexer-scores-to-cuda-kernel` pass (IREE external dispatch ABI: q, keys,
+// [rows,] w, out, then the push constants H, D, T, scale bits; grid (x, S), a CTA takes keys of
+// one query).
 //
 // day0_indexer_scores_{f32,bf16}: exact f32 FMAs, grid (ceil(T / KEYS), S). The query's heads sit
 // in shared memory (row stride D + 1: lane h reads head h, so an unpadded stride would put every
@@ -30,10 +33,15 @@
 __device__ __forceinline__ float to_f(float v) { return v; }
 __device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
 
+// The key row of slot t of query s: t, or rows[s, t] (rows: nullptr, or [S, T]).
+__device__ __forceinline__ size_t key_row(const long long* __restrict__ rows, int s, int T, int t) {
+  return rows ? (size_t)rows[(size_t)s * T + t] : (size_t)t;
+}
+
 template <typename K_>
 __device__ void indexer_scores(const float* __restrict__ q, const K_* __restrict__ keys,
-                               const float* __restrict__ w, float* __restrict__ out, int H, int D,
-                               int T, int scale_bits) {
+                               const long long* __restrict__ rows, const float* __restrict__ w,
+                               float* __restrict__ out, int H, int D, int T, int scale_bits) {
   __shared__ float qs[MAX_H * (MAX_D + 1)];
   __shared__ float ws[MAX_H];
   __shared__ float kbuf[WARPS][MAX_D];
@@ -47,7 +55,7 @@ __device__ void indexer_scores(const float* __restrict__ q, const K_* __restrict
   for (int j = 0; j < KEYS / WARPS; ++j) {
     const int t = t0 + j;
     if (t >= T) break;
-    const K_* krow = keys + (size_t)t * D;
+    const K_* krow = keys + key_row(rows, s, T, t) * D;
     for (int d = lane; d < D; d += 32) kbuf[warp][d] = to_f(krow[d]);
     __syncwarp();
     float total = 0.0f;
@@ -71,13 +79,25 @@ __device__ void indexer_scores(const float* __restrict__ q, const K_* __restrict
 extern "C" __global__ void __launch_bounds__(THREADS)
 day0_indexer_scores_f32(const float* q, const float* keys, const float* w, float* out, int H, int D,
                         int T, int scale_bits) {
-  indexer_scores<float>(q, keys, w, out, H, D, T, scale_bits);
+  indexer_scores<float>(q, keys, nullptr, w, out, H, D, T, scale_bits);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS)
 day0_indexer_scores_bf16(const float* q, const __nv_bfloat16* keys, const float* w, float* out,
                          int H, int D, int T, int scale_bits) {
-  indexer_scores<__nv_bfloat16>(q, keys, w, out, H, D, T, scale_bits);
+  indexer_scores<__nv_bfloat16>(q, keys, nullptr, w, out, H, D, T, scale_bits);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+day0_indexer_scores_rows_f32(const float* q, const float* keys, const long long* rows, const float* w,
+                             float* out, int H, int D, int T, int scale_bits) {
+  indexer_scores<float>(q, keys, rows, w, out, H, D, T, scale_bits);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+day0_indexer_scores_rows_bf16(const float* q, const __nv_bfloat16* keys, const long long* rows,
+                              const float* w, float* out, int H, int D, int T, int scale_bits) {
+  indexer_scores<__nv_bfloat16>(q, keys, rows, w, out, H, D, T, scale_bits);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -114,20 +134,23 @@ __device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
   return *reinterpret_cast<unsigned*>(&v);
 }
 
-// Lane (g, i)'s A fragments of the tile at key t0: rows t0 + g (a[0]) and t0 + g + 8 (a[1]), 8 bf16
-// of chunk c each; zeros past T or D. vec: D % 8 == 0 (16-byte aligned rows).
+// Lane (g, i)'s A fragments of the tile at key t0: keys t0 + g (a[0]) and t0 + g + 8 (a[1]) of
+// query s (key_row), 8 bf16 of chunk c each; zeros past T or D. vec: D % 8 == 0 (16-byte aligned
+// rows).
 __device__ __forceinline__ void load_key_tile(uint4 (&a)[2][MMA_CHUNKS],
-                                              const __nv_bfloat16* __restrict__ keys, int t0,
+                                              const __nv_bfloat16* __restrict__ keys,
+                                              const long long* __restrict__ rows, int s, int t0,
                                               int T, int D, bool vec, int g, int i) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int t = t0 + g + 8 * r;
+    const size_t row = t < T ? key_row(rows, s, T, t) : 0;
 #pragma unroll
     for (int c = 0; c < MMA_CHUNKS; ++c) {
       const int d0 = 32 * c + 8 * i;
       uint4 v = make_uint4(0u, 0u, 0u, 0u);
       if (t < T && d0 < D) {
-        const __nv_bfloat16* p = keys + (size_t)t * D + d0;
+        const __nv_bfloat16* p = keys + row * D + d0;
         if (vec) {
           v = ld_stream(p);
         } else {
@@ -147,10 +170,11 @@ __device__ __forceinline__ void load_key_tile(uint4 (&a)[2][MMA_CHUNKS],
   }
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, 2)
-day0_indexer_scores_bf16_mma(const float* __restrict__ q, const __nv_bfloat16* __restrict__ keys,
-                             const float* __restrict__ w, float* __restrict__ out, int H, int D,
-                             int T, int scale_bits) {
+__device__ __forceinline__ void indexer_scores_mma(const float* __restrict__ q,
+                                                   const __nv_bfloat16* __restrict__ keys,
+                                                   const long long* __restrict__ rows,
+                                                   const float* __restrict__ w, float* __restrict__ out,
+                                                   int H, int D, int T, int scale_bits) {
   __shared__ uint4 qf[2][MMA_NT][MMA_CHUNKS][32];  // q · scale as bf16 B fragments, hi and lo (32 KB)
   __shared__ __align__(16) float ws[MAX_H];
   const float scale = __int_as_float(scale_bits);
@@ -165,7 +189,7 @@ day0_indexer_scores_bf16_mma(const float* __restrict__ q, const __nv_bfloat16* _
   // The first tile's keys do not depend on q: in flight while the CTA converts q.
   uint4 a[2][MMA_CHUNKS];
   int tile = first + warp;
-  load_key_tile(a, keys, tile < last ? tile * TILE : T, T, D, vec, g, i);
+  load_key_tile(a, keys, rows, s, tile < last ? tile * TILE : T, T, D, vec, g, i);
 
   const float* qrow = q + (size_t)s * H * D;
   for (int f = threadIdx.x; f < nt_n * MMA_CHUNKS * 32; f += THREADS) {
@@ -189,7 +213,7 @@ day0_indexer_scores_bf16_mma(const float* __restrict__ q, const __nv_bfloat16* _
   for (; tile < last; tile += WARPS) {
     uint4 next[2][MMA_CHUNKS];  // the warp's next tile, loading while this one computes
     const int nt0 = tile + WARPS;
-    load_key_tile(next, keys, nt0 < last ? nt0 * TILE : T, T, D, vec, g, i);
+    load_key_tile(next, keys, rows, s, nt0 < last ? nt0 * TILE : T, T, D, vec, g, i);
     float s0 = 0.0f, s1 = 0.0f;  // keys g, g + 8: Σ over this lane's heads of w·relu
     for (int hg = 0; hg < nt_n; hg += MMA_GROUP) {
       float acc[MMA_GROUP][4];
@@ -232,4 +256,18 @@ day0_indexer_scores_bf16_mma(const float* __restrict__ q, const __nv_bfloat16* _
 #pragma unroll
       for (int c = 0; c < MMA_CHUNKS; ++c) a[r][c] = next[r][c];
   }
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 2)
+day0_indexer_scores_bf16_mma(const float* __restrict__ q, const __nv_bfloat16* __restrict__ keys,
+                             const float* __restrict__ w, float* __restrict__ out, int H, int D,
+                             int T, int scale_bits) {
+  indexer_scores_mma(q, keys, nullptr, w, out, H, D, T, scale_bits);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 2)
+day0_indexer_scores_rows_bf16_mma(const float* __restrict__ q, const __nv_bfloat16* __restrict__ keys,
+                                  const long long* __restrict__ rows, const float* __restrict__ w,
+                                  float* __restrict__ out, int H, int D, int T, int scale_bits) {
+  indexer_scores_mma(q, keys, rows, w, out, H, D, T, scale_bits);
 }

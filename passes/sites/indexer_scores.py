@@ -4,8 +4,15 @@
          : (!torch.vtensor<[S,H,D],f32>, !torch.vtensor<[T,D],f32|bf16>, !torch.vtensor<[S,H],f32>,
             !torch.float) -> !torch.vtensor<[S,T],f32>
 
-with H and D static (S and T static or dynamic) and `%scale` from torch.constant.float. (Export
-keeps the op whole only for targets whose pipeline lowers it: lowering/targets.py.)
+with H and D static (S and T static or dynamic) and `%scale` from torch.constant.float; and its
+rows form `torch.day0.indexer_scores_rows` (a batched decode step over a paged pool),
+
+    %o = torch.operator "torch.day0.indexer_scores_rows"(%q, %pool, %rows, %w, %scale)
+         : (!torch.vtensor<[S,H,D],f32>, !torch.vtensor<[R,D],f32|bf16>, !torch.vtensor<[S,T],si64>,
+            !torch.vtensor<[S,H],f32>, !torch.float) -> !torch.vtensor<[S,T],f32>
+
+(R, the pool's rows, any). (Export keeps the ops whole only for targets whose pipeline lowers
+them: lowering/targets.py.)
 """
 
 from __future__ import annotations
@@ -13,17 +20,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from day0.frontend.ir import Operation
-from day0.passes.base import DiagnosticEngine
+from day0.passes.base import DiagnosticEngine, operator_name
 from day0.passes.sites.contract import Broken, constant, operands, report
 from day0.passes.torch_ir import TensorType, fmt_dims
 
 OP_NAME = "torch.day0.indexer_scores"
+ROWS_OP_NAME = "torch.day0.indexer_scores_rows"
 KEY_DTYPES = ("f32", "bf16")
 
 
 @dataclass(frozen=True)
 class IndexerScoresSite:
-    """An indexer_scores op that keeps the contract; its operands are the op's (q, keys, w, scale)."""
+    """An indexer_scores op that keeps the contract; its operands are the op's (q, keys, w, scale),
+    or (q, pool, rows, w, scale) for the rows form."""
 
     op: Operation
     S: int | None
@@ -32,31 +41,41 @@ class IndexerScoresSite:
     T: int | None
     key_dtype: str
     scale: float
+    rows: bool = False
 
 
 def match_indexer_scores(op: Operation, diag: DiagnosticEngine) -> IndexerScoresSite | None:
     """The site if `op` keeps the contract, else one error at the op and None."""
-    return report(op, diag, "indexer_scores", indexer_scores_site)
+    what = "indexer_scores_rows" if operator_name(op) == ROWS_OP_NAME else "indexer_scores"
+    return report(op, diag, what, indexer_scores_site)
 
 
 def indexer_scores_site(op: Operation) -> IndexerScoresSite:
     """The site of `op`, or Broken."""
-    *tensors, scale_v = operands(op, ("q", "keys", "weights", "scale"))
-    q, keys, w, out = (TensorType.of(v) for v in (*tensors, op.result))
-    for what, t, rank in (("q", q, 3), ("keys", keys, 2), ("weights", w, 2), ("result", out, 2)):
+    rows = operator_name(op) == ROWS_OP_NAME
+    names = ("q", "keys", "rows", "weights", "scale") if rows else ("q", "keys", "weights", "scale")
+    *tensors, scale_v = operands(op, names)
+    types = [TensorType.of(v) for v in (*tensors, op.result)]
+    ranks = (3, 2, 2, 2, 2) if rows else (3, 2, 2, 2)
+    for what, t, rank in zip((*names[:-1], "result"), types, ranks):
         if t is None or len(t.dims) != rank:
             raise Broken(f"{what} must be a rank-{rank} !torch.vtensor")
-    (S, H, D), (T, Dk) = q.dims, keys.dims
+    q, keys, *rest = types
+    r, w, out = rest if rows else (None, *rest)
+    (S, H, D), Dk = q.dims, keys.dims[1]
     if q.dtype != "f32" or w.dtype != "f32" or out.dtype != "f32":
         raise Broken(f"q, weights and result must be f32, got {q.dtype}, {w.dtype}, {out.dtype}")
     if keys.dtype not in KEY_DTYPES:
         raise Broken(f"keys must be f32 or bf16, got {keys.dtype}")
+    if r is not None and r.dtype != "si64":
+        raise Broken(f"rows must be si64, got {r.dtype}")
     if None in (H, D, Dk):
         raise Broken("H and D must be static (the query count S and key count T may be dynamic)")
-    if Dk != D or w.dims != (S, H) or out.dims != (S, T):
-        raise Broken(
-            f"shapes disagree: q {fmt_dims(q.dims)}, keys {fmt_dims(keys.dims)}, weights "
-            f"{fmt_dims(w.dims)}, result {fmt_dims(out.dims)}"
-        )
+    T = r.dims[1] if rows else keys.dims[0]
+    if Dk != D or w.dims != (S, H) or out.dims != (S, T) or (rows and r.dims[0] != S):
+        shapes = [f"q {fmt_dims(q.dims)}", f"keys {fmt_dims(keys.dims)}"]
+        shapes += [f"rows {fmt_dims(r.dims)}"] if rows else []
+        shapes += [f"weights {fmt_dims(w.dims)}", f"result {fmt_dims(out.dims)}"]
+        raise Broken("shapes disagree: " + ", ".join(shapes))
     scale = constant(scale_v, "torch.constant.float", "scale")
-    return IndexerScoresSite(op, S, H, D, T, keys.dtype, scale)
+    return IndexerScoresSite(op, S, H, D, T, keys.dtype, scale, rows)

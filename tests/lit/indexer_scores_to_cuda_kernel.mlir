@@ -8,6 +8,8 @@
 
 // q, keys, weights read-only, scores written; H, D, T and the scale's bits as constants.
 // CHECK: #pipeline_layout = #hal.pipeline.layout<constants = 4, bindings = [#hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer>]>
+// The rows form: q, pool, rows, weights read-only.
+// CHECK: #pipeline_layout1 = #hal.pipeline.layout<constants = 4, bindings = [#hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer>]>
 
 // Decode: one query over a static cache of 1024 f32 keys.
 func.func @decode(%q: !torch.vtensor<[1,16,64],f32>, %k: !torch.vtensor<[1024,64],f32>, %w: !torch.vtensor<[1,16],f32>) -> !torch.vtensor<[1,1024],f32> {
@@ -47,10 +49,40 @@ func.func @decode_bf16(%q: !torch.vtensor<[1,32,128],f32>, %k: !torch.vtensor<[1
 // EXACT-LABEL: func.func @decode_bf16(
 // EXACT: call @day0_indexer_scores_bf16_H32_D128_T100000_s3e000000(
 
+// A batched decode step over a paged pool: 4 queries, each over its own 256 rows of a pool of any
+// row count (the rows form, read in place).
+func.func @paged_decode(%q: !torch.vtensor<[4,16,64],f32>, %k: !torch.vtensor<[?,64],bf16>, %r: !torch.vtensor<[4,256],si64>, %w: !torch.vtensor<[4,16],f32>) -> !torch.vtensor<[4,256],f32> {
+  %scale = torch.constant.float 0.125
+  %o = torch.operator "torch.day0.indexer_scores_rows"(%q, %k, %r, %w, %scale) : (!torch.vtensor<[4,16,64],f32>, !torch.vtensor<[?,64],bf16>, !torch.vtensor<[4,256],si64>, !torch.vtensor<[4,16],f32>, !torch.float) -> !torch.vtensor<[4,256],f32>
+  return %o : !torch.vtensor<[4,256],f32>
+}
+// CHECK-LABEL: func.func @paged_decode(
+// CHECK: [[K:%.+]] = torch_c.to_builtin_tensor %arg1 : !torch.vtensor<[?,64],bf16> -> tensor<?x64xbf16>
+// CHECK: [[R:%.+]] = torch_c.to_builtin_tensor %arg2 : !torch.vtensor<[4,256],si64> -> tensor<4x256xi64>
+// CHECK: [[RC:%.+]] = tensor.cast [[R]] : tensor<4x256xi64> to tensor<?x256xi64>
+// CHECK: [[O:%.+]] = call @day0_indexer_scores_rows_bf16_mma_H16_D64_T256_s3e000000({{%.+}}, [[K]], [[RC]], {{%.+}}) : (tensor<?x16x64xf32>, tensor<?x64xbf16>, tensor<?x256xi64>, tensor<?x16xf32>) -> tensor<?x256xf32>
+// CHECK: tensor.cast [[O]] : tensor<?x256xf32> to tensor<4x256xf32>
+// EXACT-LABEL: func.func @paged_decode(
+// EXACT: call @day0_indexer_scores_rows_bf16_H16_D64_T256_s3e000000(
+
+// The same with a static pool of f32 keys and a dynamic batch and key range.
+func.func @paged_decode_dynamic(%q: !torch.vtensor<[?,16,64],f32>, %k: !torch.vtensor<[4096,64],f32>, %r: !torch.vtensor<[?,?],si64>, %w: !torch.vtensor<[?,16],f32>) -> !torch.vtensor<[?,?],f32> {
+  %scale = torch.constant.float 0.125
+  %o = torch.operator "torch.day0.indexer_scores_rows"(%q, %k, %r, %w, %scale) : (!torch.vtensor<[?,16,64],f32>, !torch.vtensor<[4096,64],f32>, !torch.vtensor<[?,?],si64>, !torch.vtensor<[?,16],f32>, !torch.float) -> !torch.vtensor<[?,?],f32>
+  return %o : !torch.vtensor<[?,?],f32>
+}
+// CHECK-LABEL: func.func @paged_decode_dynamic(
+// CHECK: [[K:%.+]] = torch_c.to_builtin_tensor %arg1 : !torch.vtensor<[4096,64],f32> -> tensor<4096x64xf32>
+// CHECK: [[KC:%.+]] = tensor.cast [[K]] : tensor<4096x64xf32> to tensor<?x64xf32>
+// CHECK: call @day0_indexer_scores_rows_f32_H16_D64_Tq_s3e000000({{%.+}}, [[KC]], {{%.+}}, {{%.+}}) : (tensor<?x16x64xf32>, tensor<?x64xf32>, tensor<?x?xi64>, tensor<?x16xf32>) -> tensor<?x?xf32>
+
 // CHECK: hal.executable.source private @day0_indexer_scores
 // CHECK: hal.executable.export public @day0_indexer_scores_f32 ordinal(0)
 // CHECK: hal.executable.export public @day0_indexer_scores_bf16 ordinal(1)
 // CHECK: hal.executable.export public @day0_indexer_scores_bf16_mma ordinal(2)
+// CHECK: hal.executable.export public @day0_indexer_scores_rows_f32 ordinal(3) layout(#pipeline_layout1)
+// CHECK: hal.executable.export public @day0_indexer_scores_rows_bf16 ordinal(4)
+// CHECK: hal.executable.export public @day0_indexer_scores_rows_bf16_mma ordinal(5)
 
 // Dynamic keys, tensor cores: the grid's x is min(ceil(T / 128), max(264, ceil(T / 2048))) at run time.
 // CHECK-LABEL: func.func private @day0_indexer_scores_bf16_mma_H16_D64_Tq_s3e000000(
@@ -80,3 +112,10 @@ func.func @decode_bf16(%q: !torch.vtensor<[1,32,128],f32>, %k: !torch.vtensor<[1
 // Static keys: 1024 / 128 = 8 CTAs per query.
 // CHECK-LABEL: func.func private @day0_indexer_scores_f32_H16_D64_T1024_s3e000000(
 // CHECK: flow.dispatch @day0_indexer_scores::@day0_indexer_scores_f32[%c8, %dim](%c16_i32, %c64_i32, %c1024_i32, %c1040187392_i32, %arg0, %arg1, %arg2)
+
+// The rows form's key count comes from the rows (dim 1), the pool's rows pass as they are.
+// CHECK-LABEL: func.func private @day0_indexer_scores_rows_f32_H16_D64_Tq_s3e000000(
+// CHECK: [[N:%.+]] = tensor.dim %arg1, %c0 : tensor<?x64xf32>
+// CHECK: [[S:%.+]] = tensor.dim %arg0, %c0 : tensor<?x16x64xf32>
+// CHECK: [[T:%.+]] = tensor.dim %arg2, %c1 : tensor<?x?xi64>
+// CHECK: flow.dispatch @day0_indexer_scores::@day0_indexer_scores_rows_f32[{{%.+}}, [[S]]]({{.*}}, %arg0, %arg1, %arg2, %arg3) : (i32, i32, i32, i32, tensor<?x16x64xf32>{[[S]]}, tensor<?x64xf32>{[[N]]}, tensor<?x?xi64>{[[S]], [[T]]}, tensor<?x16xf32>{[[S]]}) -> tensor<?x?xf32>{[[S]], [[T]]}
