@@ -2,7 +2,7 @@
 (tools/bench/bench_checkpoint.py) at 1, 8, 32 and 64 concurrent sequences with prompts of 4K
 tokens, against transformers eager at the same batch and against the bytes a step must read ÷
 the measured copy bandwidth. Part of `make bench-gpu` (piece `engine`); results in docs/perf.md,
-section 'The Engine on the H200'.
+section 'The Engine at real size on the H200'.
 
 package (compile machine): writes the seeded checkpoint and compiles it with the paged entry
 points (--max-batch, the target's default cache dtype) into out/engine/artifact.
