@@ -130,9 +130,67 @@ class _Site:
     widened: tuple[Widened | None, Widened | None]  # per operand
 
 
-def _template(site: _Site, terms: int) -> str:
+def _stacked(f32_side: int, dims, out_dims, terms: int, other: str, kind: str) -> list[str]:
+    """Lines computing %r from the terms %x0.. stacked along the f32 operand's free axis (rows
+    of a, columns of b): one product reading the widened operand once, then the sum of its
+    `terms` slices."""
+    axis = len(dims) - 2 + f32_side  # the free axis, of the same size and place in the output
+    n = dims[axis]
+    big, big_out = list(dims), list(out_dims)
+    big[axis] = big_out[axis] = n * terms
+    xs_t, ys_t, out_b = (
+        f"tensor<{_shape(big)}xbf16>",
+        f"tensor<{_shape(big_out)}xf32>",
+        f"tensor<{_shape(out_dims)}xf32>",
+    )
+    term_t = f"tensor<{_shape(dims)}xbf16>"
+    ones = ", ".join(["1"] * len(dims))
+
+    def offsets(j: int) -> str:
+        return ", ".join(str(j * n) if i == axis else "0" for i in range(len(dims)))
+
+    lines = [f"  %xs_e = tensor.empty() : {xs_t}"]
+    prev = "%xs_e"
+    for j in range(terms):
+        lines.append(
+            f"  %xs{j} = tensor.insert_slice %x{j} into {prev}[{offsets(j)}] [{', '.join(map(str, dims))}] "
+            f"[{ones}] : {term_t} into {xs_t}"
+        )
+        prev = f"%xs{j}"
+    pair = f"{prev}, %bb : {xs_t}, {other}" if f32_side == 0 else f"%ab, {prev} : {other}, {xs_t}"
+    lines += [
+        f"  %ys_e = tensor.empty() : {ys_t}",
+        f"  %ys0 = linalg.fill ins(%zero : f32) outs(%ys_e : {ys_t}) -> {ys_t}",
+        f"  %ys = {kind} ins({pair}) outs(%ys0 : {ys_t}) -> {ys_t}",
+    ]
+    for j in range(terms):
+        lines.append(
+            f"  %p{j} = tensor.extract_slice %ys[{offsets(j)}] [{', '.join(map(str, out_dims))}] "
+            f"[{ones}] : {ys_t} to {out_b}"
+        )
+    rank = len(out_dims)
+    d = ", ".join(f"d{i}" for i in range(rank))
+    ident = f"affine_map<({d}) -> ({d})>"
+    maps = ", ".join([ident] * (terms + 1))
+    iters = ", ".join(['"parallel"'] * rank)
+    args = ", ".join(f"%v{j}: f32" for j in range(terms))
+    total = "%v0"
+    adds = []
+    for j in range(1, terms):
+        adds.append(f"      %sum{j} = arith.addf {total}, %v{j} : f32")
+        total = f"%sum{j}"
+    lines.append(
+        f"  %r = linalg.generic {{indexing_maps = [{maps}], iterator_types = [{iters}]}} "
+        f"ins({', '.join(f'%p{j}' for j in range(terms))} : {', '.join([out_b] * terms)}) outs(%acc : {out_b}) {{\n"
+        f"    ^bb0({args}, %o: f32):\n" + "\n".join(adds) + f"\n      linalg.yield {total} : f32\n  }} -> {out_b}"
+    )
+    return lines
+
+
+def _template(site: _Site, terms: int, stack: bool = False) -> str:
     """A function (a, b) -> result of torch types, a and b as the matmul takes them but with the
-    widened operands in bf16; its body replaces the matmul."""
+    widened operands in bf16; its body replaces the matmul. stack: the terms as one product
+    (_stacked), else one product per term accumulating into one result."""
     a_t, b_t = (TensorType.of(v) for v in site.op.operands)
     out = TensorType.of(site.op.results[0])
     types = [TensorType(t.dims, "bf16" if w else "f32") for t, w in zip((a_t, b_t), site.widened)]
@@ -155,18 +213,30 @@ def _template(site: _Site, terms: int) -> str:
         f32_side = 0 if site.widened[0] is None else 1
         src, dims = ("%ab", a_t.dims) if f32_side == 0 else ("%bb", b_t.dims)
         body += [_split(f"x{j}", src, dims, j) for j in range(terms)]
-        pair = (lambda t: f"%{t}, %bb") if f32_side == 0 else (lambda t: f"%ab, %{t}")
-        acc = "%acc"
-        for j in range(terms):
-            r = "%r" if j == terms - 1 else f"%y{j}"
-            body.append(f"  {r} = {kind} ins({pair(f'x{j}')} : {bf[0]}, {bf[1]}) outs({acc} : {out_b}) -> {out_b}")
-            acc = r
+        if stack:
+            body += _stacked(f32_side, dims, out.dims, terms, bf[1 - f32_side], kind)
+        else:
+            pair = (lambda t: f"%{t}, %bb") if f32_side == 0 else (lambda t: f"%ab, %{t}")
+            acc = "%acc"
+            for j in range(terms):
+                r = "%r" if j == terms - 1 else f"%y{j}"
+                body.append(f"  {r} = {kind} ins({pair(f'x{j}')} : {bf[0]}, {bf[1]}) outs({acc} : {out_b}) -> {out_b}")
+                acc = r
     body.append(f"  %y = torch_c.from_builtin_tensor %r : {out_b} -> {out_torch}")
     return (
         f"func.func @t(%a: {torch_t[0]}, %b: {torch_t[1]}) -> {out_torch} {{\n"
         + "\n".join(body)
         + f"\n  return %y : {out_torch}\n}}"
     )
+
+
+def _free_dim(site: _Site) -> int | None:
+    """The f32 operand's free dim (rows of a, columns of b); None when both operands are widened."""
+    if all(site.widened):
+        return None
+    side = 0 if site.widened[0] is None else 1
+    dims = TensorType.of(site.op.operands[side]).dims
+    return dims[len(dims) - 2 + side]
 
 
 def _rebuild(b: TorchBuilder, src: Value, chain: list[Operation]) -> Value:
@@ -178,11 +248,11 @@ def _rebuild(b: TorchBuilder, src: Value, chain: list[Operation]) -> Value:
     return v
 
 
-def _rewrite(site: _Site, terms: int) -> None:
+def _rewrite(site: _Site, terms: int, stack: bool) -> None:
     op = site.op
     b = TorchBuilder(op)
     args = [op.operands[i] if w is None else _rebuild(b, w.src, w.chain) for i, w in enumerate(site.widened)]
-    template = Module.parse(_template(site, terms), op.context)
+    template = Module.parse(_template(site, terms, stack), op.context)
     block = template.body.operations[0].regions[0].blocks[0]
     for arg, real in zip(block.arguments, args):
         arg.replace_all_uses_with(real)
@@ -211,12 +281,20 @@ class MatmulToBf16Terms(ModulePass):
               this (default 64): matvecs stay f32 (bound by the widened operand's bytes).
     terms     bf16 terms the f32 operand is split into: 3 (default; x - terms < 2^-27 |x|, as
               exact as an f32 product) or 2 (< 2^-18 |x|; one product less).
+    stack-rows  when the f32 operand's free dim (rows of a, columns of b) times `terms` is at most
+              this (default 256: a batched decode step's 64 rows, not a 512-token prefill chunk),
+              the terms are stacked along it into one product that reads the widened operand
+              once, and the product's slices are summed. IREE 3.13's bf16 matmul on sm_90 took
+              about as long for 64 rows as for 512 (a grid of few workgroups; docs/perf.md,
+              "The Engine at real size on the H200"), so three products of 64 rows cost three
+              times one of 192.
     """
 
     name = "matmul-to-bf16-terms"
-    option_minimums = {"min_rows": 1}
+    option_minimums = {"min_rows": 1, "stack_rows": 0}
     min_rows: int = 64
     terms: int = 3
+    stack_rows: int = 256
 
     def __post_init__(self):
         if self.terms not in (2, 3):
@@ -238,6 +316,7 @@ class MatmulToBf16Terms(ModulePass):
         for site in sites:
             for w in filter(None, site.widened):
                 dead += [o for o in [*reversed(w.chain), w.widen] if o not in dead]
+            free = _free_dim(site)
             with site.op.location:
-                _rewrite(site, self.terms)
+                _rewrite(site, self.terms, free is not None and free * self.terms <= self.stack_rows)
         _erase_dead(dead)

@@ -1,7 +1,7 @@
 """matmul-to-bf16-terms numerics: a linear against a bf16 weight and MLA's absorbed-query bmm
 against a head slice of one, rewritten into bf16 products and compiled by IREE (llvm-cpu), match
 float64 within 1e-6 of the output's max with three terms (an f32 matmul's accuracy) and 1e-5
-with two. One bf16 term alone (x rounded to bf16) is ~2e-3 off, so the bounds hold only if the
+with two, as one product per term or as one product over the stacked terms (stack-rows). One bf16 term alone (x rounded to bf16) is ~2e-3 off, so the bounds hold only if the
 further terms carry x's remaining bits. Compiled for cuda-sm90, IREE puts the bf16 products on
 tensor cores (the NVVM mma intrinsic on bf16 in the kernels' LLVM IR)."""
 
@@ -47,24 +47,25 @@ def _reference(x, w, q, kv):
     return y, torch.bmm(q.double().transpose(0, 1), wk)
 
 
-def _rewritten(terms: int) -> str:
+def _rewritten(terms: int, stack_rows: int = 0) -> str:
     from torch_mlir import fx
 
     text = str(fx.export_and_import(_Proj(), *_inputs(0), output_type="raw"))
     ctx = new_context()
     with ctx:
         m = parse_module(text, ctx)
-        run_pipeline(m, f"builtin.module(matmul-to-bf16-terms{{terms={terms}}})")
+        run_pipeline(m, f"builtin.module(matmul-to-bf16-terms{{terms={terms} stack-rows={stack_rows}}})")
         return str(m)
 
 
-@pytest.mark.parametrize("terms,bound", [(3, 1e-6), (2, 1e-5)])
-def test_bf16_terms_match_float64(tmp_path: Path, terms, bound):
+@pytest.mark.parametrize("terms,bound,stack", [(3, 1e-6, False), (2, 1e-5, False), (3, 1e-6, True), (2, 1e-5, True)])
+def test_bf16_terms_match_float64(tmp_path: Path, terms, bound, stack):
     from day0.lowering.compile import compile_mlir
     from day0.runtime.vm import VmModule
 
-    rewritten = _rewritten(terms)
-    assert rewritten.count("linalg.matmul") == terms and rewritten.count("linalg.batch_matmul") == terms
+    rewritten = _rewritten(terms, M * terms if stack else 0)
+    products = 1 if stack else terms
+    assert rewritten.count("linalg.matmul") == products and rewritten.count("linalg.batch_matmul") == products
     assert "torch.aten.mm" not in rewritten and "torch.aten.bmm" not in rewritten
     compile_mlir(rewritten, "llvm-cpu", tmp_path / "m.vmfb")
     fn = VmModule.load(tmp_path / "m.vmfb").function("main")

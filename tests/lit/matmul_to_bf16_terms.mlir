@@ -1,6 +1,7 @@
-// RUN: day0-opt %s --pass-pipeline='builtin.module(matmul-to-bf16-terms)' | filecheck %s
-// RUN: day0-opt %s --pass-pipeline='builtin.module(matmul-to-bf16-terms{min-rows=1})' | filecheck %s --check-prefix=ALL
-// RUN: day0-opt %s --pass-pipeline='builtin.module(matmul-to-bf16-terms{terms=2})' | filecheck %s --check-prefix=TWO
+// RUN: day0-opt %s --pass-pipeline='builtin.module(matmul-to-bf16-terms{stack-rows=0})' | filecheck %s
+// RUN: day0-opt %s --pass-pipeline='builtin.module(matmul-to-bf16-terms{min-rows=1 stack-rows=0})' | filecheck %s --check-prefix=ALL
+// RUN: day0-opt %s --pass-pipeline='builtin.module(matmul-to-bf16-terms{terms=2 stack-rows=0})' | filecheck %s --check-prefix=TWO
+// RUN: day0-opt %s --pass-pipeline='builtin.module(matmul-to-bf16-terms)' | filecheck %s --check-prefix=STACK
 
 // A linear against a bf16 weight (export's form: widen, permute, mm): the permute is rebuilt on
 // the bf16 weight, x is split into three bf16 terms (t0 = x rounded to nearest even on the
@@ -52,6 +53,27 @@ func.func @linear(%x: !torch.vtensor<[64,32],f32>, %w: !torch.vtensor<[96,32],bf
 // CHECK-NEXT:    [[Y2:%.+]] = linalg.matmul ins([[T2]], [[W]] : tensor<64x32xbf16>, tensor<32x96xbf16>) outs([[Y1]] : tensor<64x96xf32>) -> tensor<64x96xf32>
 // CHECK-NEXT:    [[Y:%.+]] = torch_c.from_builtin_tensor [[Y2]] : tensor<64x96xf32> -> !torch.vtensor<[64,96],f32>
 // CHECK-NEXT:    return [[Y]] : !torch.vtensor<[64,96],f32>
+// By default (stack-rows=256) 64 rows × 3 terms are stacked: one product of 192 rows reads the
+// weight once, then its three 64-row slices are summed into the result.
+// STACK-LABEL:   func.func @linear(
+// STACK-COUNT-3:   linalg.generic {{.*}} outs({{%.+}} : tensor<64x32xbf16>)
+// STACK:           [[E:%.+]] = tensor.empty() : tensor<192x32xbf16>
+// STACK-NEXT:      [[S0:%.+]] = tensor.insert_slice {{%.+}} into [[E]][0, 0] [64, 32] [1, 1] : tensor<64x32xbf16> into tensor<192x32xbf16>
+// STACK-NEXT:      [[S1:%.+]] = tensor.insert_slice {{%.+}} into [[S0]][64, 0] [64, 32] [1, 1]
+// STACK-NEXT:      [[S2:%.+]] = tensor.insert_slice {{%.+}} into [[S1]][128, 0] [64, 32] [1, 1]
+// STACK:           [[P:%.+]] = linalg.matmul ins([[S2]], {{%.+}} : tensor<192x32xbf16>, tensor<32x96xbf16>) outs({{%.+}} : tensor<192x96xf32>)
+// STACK-NOT:       linalg.matmul
+// STACK:           tensor.extract_slice [[P]][0, 0] [64, 96] [1, 1]
+// STACK-NEXT:      tensor.extract_slice [[P]][64, 0] [64, 96] [1, 1]
+// STACK-NEXT:      tensor.extract_slice [[P]][128, 0] [64, 96] [1, 1]
+// STACK-NEXT:      [[R:%.+]] = linalg.generic {{.*}} ins({{.*}} : tensor<64x96xf32>, tensor<64x96xf32>, tensor<64x96xf32>) outs({{%.+}} : tensor<64x96xf32>)
+// STACK:             arith.addf
+// STACK-NEXT:        arith.addf
+// STACK:           torch_c.from_builtin_tensor [[R]] : tensor<64x96xf32>
+// The absorbed query's bmm stacks along its rows (dim 1).
+// STACK-LABEL:   func.func @absorb(
+// STACK:           linalg.batch_matmul ins({{%.+}}, {{%.+}} : tensor<4x192x16xbf16>, tensor<4x16x64xbf16>) outs({{%.+}} : tensor<4x192x64xf32>)
+
 // Two terms: t0 and t1, two products.
 // TWO-LABEL:   func.func @linear(
 // TWO-COUNT-2:   linalg.generic
