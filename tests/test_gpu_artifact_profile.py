@@ -8,3 +8,14 @@ def test_busy_is_the_union_of_kernel_intervals():
     # µs intervals: [0, 10) and [5, 20) overlap; [30, 40) after a 10 µs gap; [32, 35) inside it
     assert _busy([(30, 40), (0, 10), (5, 20), (32, 35)]) == {"span_ms": 0.04, "busy_ms": 0.03}
     assert _busy([]) == {"span_ms": 0.0, "busy_ms": 0.0}
+
+
+def test_engine_profile_runs_every_batch(artifact, capsys):
+    """The --engine form end to end on a tiny paged artifact (CPU: the profiler sees no CUDA
+    kernels, but the fill, the copies and the steps at each batch run as on the GPU)."""
+    from day0.tools.bench.gpu_artifact_profile import run_engine
+
+    out = run_engine(artifact("ds-sparse"), None, prompt=12, steps=2, device="local-task", top=5, batches=[3, 1])
+    assert sorted(out) == ["engine_1", "engine_3"]
+    assert all(r["steps"] == 2 and r["wall_ms"] > 0 for r in out.values())
+    assert "3 sequences: wall" in capsys.readouterr().out

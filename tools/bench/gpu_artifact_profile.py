@@ -2,10 +2,14 @@
 during one prefill and a few decode steps of a day0 artifact, grouped by kernel name.
 
     python -m day0.tools.bench.gpu_artifact_profile ARTIFACT --checkpoint CKPT [--prompt N] [--steps N]
+    python -m day0.tools.bench.gpu_artifact_profile ARTIFACT --checkpoint CKPT --engine 64,16,1 [--prompt N]
 
-GPU host only (torch with CUDA, the iree runtime wheel). Prints, per phase, the wall time, the
-kernel count and device time, the GPU's busy time within the span of its kernels (busy well below
-the span: the GPU waits on the host), and the kernels by total device time; --json writes it all.
+GPU host (torch with CUDA, the iree runtime wheel). Prints, per phase, the wall time, the kernel
+count and device time, the GPU's busy time within the span of its kernels (busy well below the
+span: the GPU waits on the host), and the kernels by total device time; --json writes it all.
+--engine profiles an artifact with paged entry points instead: Engine steps at each number of
+running sequences (largest first, aborting down), filled as the `engine` bench piece fills them
+(4 prompts run, the rest copies: tools/bench/bench_gpu_engine.py).
 """
 
 import argparse
@@ -19,8 +23,10 @@ def _profile(fn):
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    cuda = torch.cuda.is_available()  # without it (a CPU test) the profile holds no kernels
+    if cuda:
+        torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
         t0 = time.perf_counter()
         fn()
         wall = time.perf_counter() - t0
@@ -89,6 +95,51 @@ def run(artifact: Path, checkpoint: Path | None, prompt: int, steps: int, device
     return out
 
 
+def run_engine(
+    artifact: Path, checkpoint: Path | None, prompt: int, steps: int, device: str, top: int, batches: list[int]
+) -> dict:
+    """Profiles of `steps` Engine steps at each of `batches` running sequences (module docstring)."""
+    import numpy as np
+
+    from day0.runtime.artifact import read_manifest
+    from day0.runtime.engine import Engine
+    from day0.tools.bench.bench_gpu_engine import WARM, _copies, _fill
+
+    most = max(batches)
+    manifest = read_manifest(artifact)
+    block, vocab = manifest.paged.block_size, manifest.vocab_size
+    distinct = min(4, most)
+    new_tokens = len(batches) * (WARM + steps) + 2 + distinct * -(-prompt // 512)
+    eng = Engine.load(
+        artifact,
+        device=device,
+        verify=False,
+        checkpoint_dir=checkpoint,
+        chunk=512,
+        num_blocks=most * -(-(prompt + new_tokens) // block) + 1,
+        max_running=most,
+    )
+    rng = np.random.default_rng(0)
+    run = _fill(eng, [rng.integers(0, vocab, prompt).tolist() for _ in range(distinct)], False, new_tokens)
+    _copies(eng, run, most - distinct, new_tokens, rng)
+    out = {}
+    for b in sorted(batches, reverse=True):
+        for r in run["rids"][b:]:
+            eng.abort(r)
+        del run["rids"][b:]
+        for _ in range(WARM):
+            eng.step()
+        r = out[f"engine_{b}"] = _profile(lambda: [eng.step() for _ in range(steps)])
+        r["steps"] = steps
+        print(
+            f"{b} sequences: wall {r['wall_ms'] / steps:.2f} ms a step; {r['launches'] / steps:.0f} kernels, "
+            f"{r['device_ms'] / steps:.2f} ms on the device a step"
+        )
+        for k in r["kernels"][:top]:
+            print(f"  {k['us'] / steps:>10.1f} µs {k['launches'] / steps:>6.1f}  {k['kernel'][:90]}")
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="day0-gpu-artifact-profile")
     p.add_argument("artifact")
@@ -98,8 +149,14 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cuda")
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--json", default=None)
+    p.add_argument("--engine", default=None, help="comma-separated numbers of running sequences")
     a = p.parse_args(argv)
-    res = run(Path(a.artifact), Path(a.checkpoint) if a.checkpoint else None, a.prompt, a.steps, a.device, a.top)
+    ckpt = Path(a.checkpoint) if a.checkpoint else None
+    if a.engine:
+        batches = [int(b) for b in a.engine.split(",")]
+        res = run_engine(Path(a.artifact), ckpt, a.prompt, a.steps, a.device, a.top, batches)
+    else:
+        res = run(Path(a.artifact), ckpt, a.prompt, a.steps, a.device, a.top)
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=2))
     return 0
