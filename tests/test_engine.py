@@ -137,6 +137,22 @@ def test_a_seeded_request_samples_the_same_beside_others(artifact, name):
     assert len(alone) == 8 and sampled(3) == alone
 
 
+def test_a_long_prompt_delays_running_sequences_by_at_most_one_chunk(artifact):
+    """While a 40-token prompt runs in chunks of 8, a decoding sequence gets a token every step:
+    each step runs one prompt chunk beside one decode step of everything decoding."""
+    engine = Engine.load(artifact("ds-sparse"), chunk=8)
+    a = engine.add(_ids(4, 40), max_new_tokens=20, stop=())
+    engine.step()  # a's prompt, and its first token
+    assert engine.phase(a) == "decoding"
+    b = engine.add(_ids(40, 41), max_new_tokens=2, stop=())
+    prompt_steps = 0
+    while engine.phase(b) != "decoding":
+        progress = engine.step()
+        assert len(progress[a].tokens) == 1  # a moved on while b's prompt ran
+        prompt_steps += 1
+    assert prompt_steps == 40 // 8
+
+
 def test_requests_that_can_never_run_are_refused_at_add(artifact, name):
     engine = Engine.load(artifact(name), num_blocks=5)  # 4 usable blocks: 16 positions
     longest = PARITY[name]["max_seq_len"]
