@@ -196,24 +196,36 @@ def mxfp4_matvec_grid(rows: int, N: int) -> Grid:
 
 
 # ---------------------------------------------------------------------------------------------
-# mxfp4_moe_gemm.cu: day0::mxfp4_moe in prefill, a CTA per (64 output columns, expert) multiplying
-# the expert's rows 64 at a time on tensor cores
+# mxfp4_moe_gemm.cu: day0::mxfp4_moe with many rows, a CTA per (64 output columns, expert) that
+# multiplies the expert's rows on tensor cores: 64 at a time (prefill), or 16 at a time with the
+# weights as the MMA's 16-row side (a batched decode step: few rows an expert)
 
 MXFP4_MOE_GEMM = KernelSet(
     "day0_mxfp4_moe_gemm",
     "mxfp4_moe_gemm.cu",
     "mxfp4_moe_gemm.sm_90.ptx",
     # x, packed, scales, experts (i64) | out ; K, N, k, E, rows ; grid (ceil(N/64), E)
-    (Entry("day0_mxfp4_moe_gemm", (True, True, True, True, False), 5, 2),),
+    (
+        Entry("day0_mxfp4_moe_gemm", (True, True, True, True, False), 5, 2),
+        Entry("day0_mxfp4_moe_gemm_few", (True, True, True, True, False), 5, 2),
+    ),
 )
-MXFP4_GEMM_COLS_PER_CTA = 64  # COLS
+MXFP4_GEMM_COLS_PER_CTA = 64  # COLS (and FEW_COLS)
 MXFP4_GEMM_MIN_ROWS = 64  # one GEMM tile of rows (ROWS): static sites with fewer keep the matvec
+# Static sites with at most this many rows an expert on average (T·k <= it · E) take the few-rows
+# kernel: on the H200 it beat the 64-row one at 2, 8 and 16 rows an expert (docs/perf.md).
+MXFP4_FEW_ROWS_PER_EXPERT = 16
 
 
-def mxfp4_takes_gemm(moe: bool, T: int | None, k: int) -> bool:
-    """Whether a site runs the grouped GEMM rather than the matvec: mxfp4_moe with T dynamic or
-    T·k >= MXFP4_GEMM_MIN_ROWS (decode's moe calls have k rows and keep the matvec)."""
-    return moe and (T is None or T * k >= MXFP4_GEMM_MIN_ROWS)
+def mxfp4_kernel(moe: bool, T: int | None, k: int, E: int) -> str:
+    """The kernel a site runs: "matvec" (mxfp4_linear, and moe with T·k < MXFP4_GEMM_MIN_ROWS:
+    decode's moe calls for one sequence), "few" (static T with T·k <= MXFP4_FEW_ROWS_PER_EXPERT · E:
+    a batched decode step) or "gemm" (T dynamic, or more rows: prefill)."""
+    if not moe or (T is not None and T * k < MXFP4_GEMM_MIN_ROWS):
+        return "matvec"
+    if T is not None and T * k <= MXFP4_FEW_ROWS_PER_EXPERT * E:
+        return "few"
+    return "gemm"
 
 
 def mxfp4_gemm_grid(E: int, N: int) -> Grid:

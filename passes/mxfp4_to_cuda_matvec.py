@@ -21,9 +21,13 @@ docs/perf.md, the e2e section). So a moe site whose T is dynamic, or whose stati
 fills at least one 64-row tile, calls @day0_mxfp4_moe_gemm_<E>x<N>x<K>_k<k> instead: one
 flow.dispatch of @day0_mxfp4_moe_gemm over (ceil(N/64), E), push constants K, N, k, E, T·k; a
 CTA collects its expert's rows and multiplies 64 of them at a time on tensor cores (x as two
-bf16 terms: 16 significant bits, f32 sums). Decode keeps the matvec: both of its moe calls have
-k rows (gate_up T = 1; down takes the k (token, slot) rows as k tokens with k = 1). The option
-gemm=false keeps every site on the matvec.
+bf16 terms: 16 significant bits, f32 sums). A static site with few rows an expert (a batched
+decode step: T·k <= 16·E) calls @day0_mxfp4_moe_gemm_few_<E>x<N>x<K>_k<k>, the same dispatch of
+the kernel @day0_mxfp4_moe_gemm_few, which takes the rows 16 at a time with the weights as the
+MMA's 16-row side (kernel_geometry.mxfp4_kernel decides). One sequence's decode keeps the matvec:
+both of its moe calls have k rows (gate_up T = 1; down takes the k (token, slot) rows as k
+tokens with k = 1). The option gemm=false keeps every site on the matvec; few=false sends the
+few-rows sites to the 64-row GEMM.
 mxfp4_linear is the matvec with one expert: packed [1, N, K/2], experts all 0, k = 1.
 Afterwards no mxfp4 op is left. The kernels' ABI and grids: lowering/kernel_geometry.py, sections
 mxfp4_matvec.cu and mxfp4_moe_gemm.cu.
@@ -42,17 +46,22 @@ from day0.passes.torch_ir import TensorType, TorchBuilder, replace_op
 EXECUTABLE, GEMM_EXECUTABLE = kg.MXFP4_MATVEC.executable, kg.MXFP4_MOE_GEMM.executable
 
 
-def function_name(moe: bool, E: int, N: int, K: int, k: int, gemm: bool = False) -> str:
-    if gemm:
-        return f"day0_mxfp4_moe_gemm_{E}x{N}x{K}_k{k}"
+def function_name(moe: bool, E: int, N: int, K: int, k: int, kernel: str = "matvec") -> str:
+    if kernel != "matvec":
+        return f"{_gemm_entry(kernel)}_{E}x{N}x{K}_k{k}"
     return f"day0_mxfp4_moe_{E}x{N}x{K}_k{k}" if moe else f"day0_mxfp4_linear_{N}x{K}"
 
 
-def function_text(moe: bool, E: int, N: int, K: int, k: int, gemm: bool = False) -> str:
+def _gemm_entry(kernel: str) -> str:
+    return {"gemm": "day0_mxfp4_moe_gemm", "few": "day0_mxfp4_moe_gemm_few"}[kernel]
+
+
+def function_text(moe: bool, E: int, N: int, K: int, k: int, kernel: str = "matvec") -> str:
     """moe: (x ?xK f32, packed ExNxK/2 i8, scales ExNxK/32 i8, experts ?xk i64) -> ?xkxN f32;
-    linear: (x ?xK, packed NxK/2, scales NxK/32) -> ?xN. gemm (moe only): the grouped GEMM."""
-    if gemm:
-        return _gemm_function_text(E, N, K, k)
+    linear: (x ?xK, packed NxK/2, scales NxK/32) -> ?xN. kernel (moe only): "matvec", or one of
+    the grouped GEMMs ("gemm", "few")."""
+    if kernel != "matvec":
+        return _gemm_function_text(E, N, K, k, kernel)
     KB, G = K // 2, K // 32
     e_dims = (E, N) if moe else (N,)
     head = f"%x: tensor<?x{K}xf32>, %p: {tensor_text((*e_dims, KB), 'i8')}, %s: {tensor_text((*e_dims, G), 'i8')}" + (
@@ -103,11 +112,12 @@ def function_text(moe: bool, E: int, N: int, K: int, k: int, gemm: bool = False)
     return "\n" + "\n".join(lines)
 
 
-def _gemm_function_text(E: int, N: int, K: int, k: int) -> str:
+def _gemm_function_text(E: int, N: int, K: int, k: int, kernel: str) -> str:
     p_t, s_t = tensor_text((E, N, K // 2), "i8"), tensor_text((E, N, K // 32), "i8")
     result = f"tensor<?x{k}x{N}xf32>"
+    entry = _gemm_entry(kernel)
     return f"""
-  func.func private @{function_name(True, E, N, K, k, True)}(%x: tensor<?x{K}xf32>, %p: {p_t}, %s: {s_t},
+  func.func private @{function_name(True, E, N, K, k, kernel)}(%x: tensor<?x{K}xf32>, %p: {p_t}, %s: {s_t},
                                                            %e: tensor<?x{k}xi64>) -> {result} {{
     %c0 = arith.constant 0 : index
     %t = tensor.dim %x, %c0 : tensor<?x{K}xf32>
@@ -121,7 +131,7 @@ def _gemm_function_text(E: int, N: int, K: int, k: int) -> str:
     %k = arith.constant {k} : i32
     %E = arith.constant {E} : i32
     %R = arith.index_cast %rows : index to i32
-    %o = flow.dispatch @{GEMM_EXECUTABLE}::@day0_mxfp4_moe_gemm[%gx, %ge](%K, %N, %k, %E, %R, %x, %p, %s, %ef)
+    %o = flow.dispatch @{GEMM_EXECUTABLE}::@{entry}[%gx, %ge](%K, %N, %k, %E, %R, %x, %p, %s, %ef)
         : (i32, i32, i32, i32, i32, tensor<?x{K}xf32>{{%t}}, {p_t}, {s_t}, tensor<?xi64>{{%rows}}) -> tensor<?x{N}xf32>{{%rows}}
     %r = tensor.expand_shape %o [[0, 1], [2]] output_shape [%t, {k}, {N}] : tensor<?x{N}xf32> into {result}
     return %r : {result}
@@ -131,12 +141,15 @@ def _gemm_function_text(E: int, N: int, K: int, k: int) -> str:
 @dataclass(frozen=True)
 class Mxfp4ToCudaMatvec(KernelCallPass):
     """Options:
-    gemm  mxfp4_moe sites with T dynamic or T·k >= 64 run the grouped tensor-core GEMM (default
+    gemm  mxfp4_moe sites with T dynamic or T·k >= 64 run a grouped tensor-core GEMM (default
           true); false keeps every site on the matvec.
+    few   static sites with few rows an expert run the few-rows GEMM (default true); false gives
+          them the 64-row one.
     """
 
     name = "mxfp4-to-cuda-matvec"
     gemm: bool = True
+    few: bool = True
 
     op_names = tuple(OP_NAMES)
     match = staticmethod(match_mxfp4)
@@ -144,23 +157,28 @@ class Mxfp4ToCudaMatvec(KernelCallPass):
     function_text = staticmethod(function_text)
 
     def key(self, s: Mxfp4Site) -> tuple:
-        return (s.moe, s.E if s.moe else 1, s.N, s.K, s.k if s.moe else 1, self._gemm(s))
+        return (s.moe, s.E if s.moe else 1, s.N, s.K, s.k if s.moe else 1, self.kernel(s))
 
     def kernel_sets(self, sites: list) -> tuple:
-        """The matvec, the grouped GEMM or both: those these sites run."""
-        return tuple(kg.MXFP4_MOE_GEMM if gemm else kg.MXFP4_MATVEC for gemm in sorted({self._gemm(s) for s in sites}))
+        """The matvec, the grouped GEMMs or both: those these sites run."""
+        gemm = {self.kernel(s) != "matvec" for s in sites}
+        return tuple(kg.MXFP4_MOE_GEMM if g else kg.MXFP4_MATVEC for g in sorted(gemm))
 
     def refuse(self, site: Mxfp4Site) -> str | None:
         """The matvec caches x's row in shared memory: K <= MXFP4_MAX_K where it runs."""
-        if not self._gemm(site) and site.K > kg.MXFP4_MAX_K:
+        if self.kernel(site) == "matvec" and site.K > kg.MXFP4_MAX_K:
             return (
                 f"{'mxfp4_moe' if site.moe else 'mxfp4_linear'}: K={site.K} is larger than the CUDA matvec "
                 f"kernel's {kg.MXFP4_MAX_K} (x is cached in shared memory)"
             )
         return None
 
-    def _gemm(self, site: Mxfp4Site) -> bool:
-        return self.gemm and kg.mxfp4_takes_gemm(site.moe, site.lead, site.k)
+    def kernel(self, site: Mxfp4Site) -> str:
+        """matvec | gemm | few, under this pass's options."""
+        kernel = kg.mxfp4_kernel(site.moe, site.lead, site.k, site.E if site.moe else 1)
+        if not self.gemm:
+            return "matvec"
+        return "gemm" if kernel == "few" and not self.few else kernel
 
     @staticmethod
     def rewrite(site: Mxfp4Site, fn: str) -> None:

@@ -130,28 +130,46 @@ def test_dsa_launches_are_the_pass_dispatches(dt, S, H, D, T, K, V):
 def test_moe_launches_are_the_pass_dispatches():
     """The matvec at the `moe` piece's decode shapes (which the pass keeps on the matvec), the
     grouped GEMM at the prefill chunk's shapes and at T = 3 (what a dynamic-T site dispatches at
-    run time), the same inputs on the matvec (the pass with gemm=false), and mxfp4_linear (the
-    matvec with one expert)."""
+    run time), the few-rows GEMM at a batched decode step's shapes, the same inputs on the other
+    kernels (the pass with gemm=false or few=false), and mxfp4_linear (the matvec with one
+    expert)."""
     P = mxfp4_to_cuda_matvec
     E, k, hid, inter = gkt.MOE["E"], gkt.MOE["k"], gkt.MOE["hidden"], gkt.MOE["intermediate"]
     launches = gkt.all_launches()
     for name, (T, kk, N, K) in (("moe_gate_up", (1, k, 2 * inter, hid)), ("moe_down", (k, 1, hid, inter))):
-        assert not kg.mxfp4_takes_gemm(True, T, kk)
+        assert kg.mxfp4_kernel(True, T, kk, E) == "matvec"
         (d,) = _dispatches(P.function_text(True, E, N, K, kk), {"%t": T})
         _same(launches[name], d)
     E = gkt.PREFILL_MOE["E"]
-    for name, (T, kk, N, K) in gkt.moe_gemm_shapes().items():
-        assert kg.mxfp4_takes_gemm(True, T, kk) and kg.mxfp4_takes_gemm(True, None, kk)
-        assert launches[f"moe_gemm_{name}"] == gkt.mxfp4_gemm_launch(T, kk, E, N, K)
+    shapes = [(n, shape, "gemm") for n, shape in gkt.moe_gemm_shapes().items()]
+    shapes += [(n, shape, "few") for n, shape in gkt.moe_batch_shapes().items()]
+    for name, (T, kk, N, K), kernel in shapes:
+        assert kg.mxfp4_kernel(True, T, kk, E) == kernel
+        assert kg.mxfp4_kernel(True, None, kk, E) == "gemm"  # a dynamic T: prefill
+        assert launches[f"moe_gemm_{name}"] == gkt.mxfp4_gemm_launch(T, kk, E, N, K, kernel)
         for t in (T, 3):
-            for gemm, launch in (
-                (True, gkt.mxfp4_gemm_launch(t, kk, E, N, K)),
-                (False, gkt.mxfp4_launch(t, kk, E, N, K)),
+            for fn_kernel, launch in (
+                ("gemm", gkt.mxfp4_gemm_launch(t, kk, E, N, K)),
+                ("few", gkt.mxfp4_gemm_launch(t, kk, E, N, K, "few")),
+                ("matvec", gkt.mxfp4_launch(t, kk, E, N, K)),
             ):
-                (d,) = _dispatches(P.function_text(True, E, N, K, kk, gemm), {"%t": t})
+                (d,) = _dispatches(P.function_text(True, E, N, K, kk, fn_kernel), {"%t": t})
                 _same(launch, d)
     (d,) = _dispatches(P.function_text(False, 1, 100, 64, 1), {"%t": 5})
     _same(gkt.mxfp4_launch(5, 1, 1, 100, 64), d)
+
+
+def test_moe_kernel_choice():
+    """One sequence's decode (k rows) keeps the matvec; a batched decode step with at most 16 rows an
+    expert on average takes the few-rows GEMM; more rows, or a dynamic T, the 64-row GEMM."""
+    assert kg.mxfp4_kernel(False, 64, 1, 1) == "matvec"  # mxfp4_linear
+    assert kg.mxfp4_kernel(True, 1, 8, 64) == "matvec"
+    assert kg.mxfp4_kernel(True, 7, 8, 64) == "matvec"  # 56 rows < one 64-row tile
+    assert kg.mxfp4_kernel(True, 8, 8, 64) == "few"
+    assert kg.mxfp4_kernel(True, 128, 8, 64) == "few"  # 16 an expert
+    assert kg.mxfp4_kernel(True, 129, 8, 64) == "gemm"
+    assert kg.mxfp4_kernel(True, 512, 8, 64) == "gemm"  # a static prefill chunk
+    assert kg.mxfp4_kernel(True, None, 8, 256) == "gemm"
 
 
 @pytest.mark.parametrize("rows,n,k", [(1, 32768, 2048), (1, 1 << 20, 2048), (64, 4096, 8), (3, 8193, 64)])

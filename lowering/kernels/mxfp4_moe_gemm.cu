@@ -5,13 +5,14 @@
 // The same product as mxfp4_matvec.cu, for prefill: there each (token, slot) row re-reads and
 // re-decodes its expert's weights; here a CTA decodes an expert's weight tile once per 64 rows.
 //
-// Dispatched by the `mxfp4-to-cuda-matvec` pass for prefill (T dynamic, or T·k >= 64; IREE external
-// dispatch ABI: x, packed, scales, experts, out, then the i32 push constants K, N, k, E, R = T·k);
-// grid (ceil(N / 64), E).
+// Two entries, same ABI and grid, dispatched by the `mxfp4-to-cuda-matvec` pass:
+// day0_mxfp4_moe_gemm for prefill (T dynamic, or many rows an expert) and day0_mxfp4_moe_gemm_few
+// for a batched decode step (few rows an expert; below). IREE external dispatch ABI: x, packed,
+// scales, experts, out, then the i32 push constants K, N, k, E, R = T·k; grid (ceil(N / 64), E).
 // An expert index outside [0, E) yields zeros (CTA column e = 0 collects and zeroes those rows).
 // K must be a multiple of 32 (the op's precondition); any N, any R.
 //
-// CTA (n-tile, e), 8 warps:
+// day0_mxfp4_moe_gemm (prefill), CTA (n-tile, e), 8 warps:
 //  1. collect the next (up to) 64 rows r with experts[r] == e, in ascending order: rounds over
 //     2048 entries of experts (a ballot bitmask per 32 entries in shared memory, then warp 0
 //     ranks the matches), resuming after the 64th match; repeated until the array is exhausted.
@@ -56,6 +57,59 @@ __device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const void* p) {
                : "r"(a));
 }
 
+// The next group of (up to) MAX rows r >= pos with experts[r] == e, in ascending order, into
+// rows[] (~r: an invalid expert id, collected by e = 0 and written as a zero row); returns how
+// many and advances pos past the last one taken. Rounds over SCAN entries of experts: a ballot
+// bitmask per 32 entries in shared memory, then warp 0 ranks the matches. Every thread calls it.
+template <int MAX>
+__device__ __forceinline__ int collect_rows(const long long* __restrict__ experts, int e, int E, int R,
+                                            int& pos, unsigned* match, int* rows, int* s_state) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  int count = 0;
+  while (count < MAX && pos < R) {
+#pragma unroll
+    for (int j = 0; j < SCAN_ITEMS; ++j) {
+      const int r = pos + j * THREADS + tid;
+      bool hit = false;
+      if (r < R) {
+        const long long v = experts[r];
+        hit = v == e || (e == 0 && (v < 0 || v >= E));  // column 0 also takes invalid ids
+      }
+      const unsigned bits = __ballot_sync(0xffffffffu, hit);
+      if (lane == 0) match[j * (THREADS / 32) + warp] = bits;
+    }
+    __syncthreads();
+    if (warp == 0) {  // lane l ranks entries pos + 64 l .. + 63 (words 2 l, 2 l + 1)
+      const unsigned w0 = match[2 * lane], w1 = match[2 * lane + 1];
+      const int c = __popc(w0) + __popc(w1);
+      int incl = c;
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const int v = __shfl_up_sync(0xffffffffu, incl, d);
+        if (lane >= d) incl += v;
+      }
+      const int total = __shfl_sync(0xffffffffu, incl, 31);
+      int rank = count + incl - c;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        for (unsigned bits = h ? w1 : w0; bits && rank < MAX; bits &= bits - 1, ++rank) {
+          const int r = pos + 64 * lane + 32 * h + __ffs(bits) - 1;
+          rows[rank] = (e == 0 && experts[r] != 0) ? ~r : r;
+          if (rank == MAX - 1) s_state[1] = r + 1;  // the next group resumes after the last row taken
+        }
+      }
+      if (lane == 0) {
+        s_state[0] = min(count + total, MAX);
+        if (count + total < MAX) s_state[1] = pos + SCAN;
+      }
+    }
+    __syncthreads();
+    count = s_state[0];
+    pos = s_state[1];
+  }
+  return count;
+}
+
 // 3 CTAs an SM: ptxas fits the kernel in 80 registers without spills.
 extern "C" __global__ void __launch_bounds__(THREADS, 3)
 day0_mxfp4_moe_gemm(const float* __restrict__ x, const unsigned char* __restrict__ packed,
@@ -67,7 +121,7 @@ day0_mxfp4_moe_gemm(const float* __restrict__ x, const unsigned char* __restrict
   __shared__ float2 lut[256];            // a byte's two decoded values (low nibble first)
   __shared__ unsigned match[SCAN / 32];  // scan round: bit l of word w = entry pos + 32 w + l matches
   __shared__ int rows[ROWS];             // the group's rows r; ~r: an invalid expert (zero row)
-  __shared__ int s_count, s_pos;
+  __shared__ int s_state[2];             // collect_rows: count, next pos
   const int e = blockIdx.y, n0 = blockIdx.x * COLS;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   lut[tid] = make_float2(e2m1(tid & 15u), e2m1(tid >> 4));  // 256 threads
@@ -90,48 +144,7 @@ day0_mxfp4_moe_gemm(const float* __restrict__ x, const unsigned char* __restrict
 
   for (int pos = 0; pos < R;) {
     // 1. the group: up to ROWS matching rows from `pos` on.
-    int count = 0;
-    while (count < ROWS && pos < R) {
-#pragma unroll
-      for (int j = 0; j < SCAN_ITEMS; ++j) {
-        const int r = pos + j * THREADS + tid;
-        bool hit = false;
-        if (r < R) {
-          const long long v = experts[r];
-          hit = v == e || (e == 0 && (v < 0 || v >= E));  // column 0 also takes invalid ids
-        }
-        const unsigned bits = __ballot_sync(0xffffffffu, hit);
-        if (lane == 0) match[j * (THREADS / 32) + warp] = bits;
-      }
-      __syncthreads();
-      if (warp == 0) {  // lane l ranks entries pos + 64 l .. + 63 (words 2 l, 2 l + 1)
-        const unsigned w0 = match[2 * lane], w1 = match[2 * lane + 1];
-        const int c = __popc(w0) + __popc(w1);
-        int incl = c;
-#pragma unroll
-        for (int d = 1; d < 32; d <<= 1) {
-          const int v = __shfl_up_sync(0xffffffffu, incl, d);
-          if (lane >= d) incl += v;
-        }
-        const int total = __shfl_sync(0xffffffffu, incl, 31);
-        int rank = count + incl - c;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          for (unsigned bits = h ? w1 : w0; bits && rank < ROWS; bits &= bits - 1, ++rank) {
-            const int r = pos + 64 * lane + 32 * h + __ffs(bits) - 1;
-            rows[rank] = (e == 0 && experts[r] != 0) ? ~r : r;
-            if (rank == ROWS - 1) s_pos = r + 1;  // the next group resumes after the last row taken
-          }
-        }
-        if (lane == 0) {
-          s_count = min(count + total, ROWS);
-          if (count + total < ROWS) s_pos = pos + SCAN;
-        }
-      }
-      __syncthreads();
-      count = s_count;
-      pos = s_pos;
-    }
+    const int count = collect_rows<ROWS>(experts, e, E, R, pos, match, rows, s_state);
     if (count == 0) break;
 
     // 2.-3. the group's GEMM.
@@ -220,5 +233,184 @@ day0_mxfp4_moe_gemm(const float* __restrict__ x, const unsigned char* __restrict
         }
       }
     }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// day0_mxfp4_moe_gemm_few: the same product for a batch's decode step, where each expert has few
+// rows (64 sequences × top-8 over 64 experts: ~8). The 64-row kernel above pads each group to 64
+// rows, and its CTA waits on every 64-k stage of one weight tile; on the H200 it took 388 µs for
+// the 4.9B model's gate_up at 64 sequences, this kernel 155 µs (docs/perf.md, "The MoE GEMM for
+// few rows an expert"). Here:
+//  - the MMA is transposed: out^T[n, r] = W[n, :] · x[r, :], so the weights are the m16 side and
+//    a group of up to 16 rows is one or two n8 tiles (not 64 rows of which 56 are padding);
+//  - no shared-memory tiles: a lane decodes its A fragments straight from the bytes it loaded
+//    (a byte's two values from a bf16x2 table, times the scale with one bf16 multiply). The k
+//    order inside an MMA is free as long as A and B agree, so lane (g, i4) of MMA j takes
+//    k = 16 i4 + 4 j + {0, 1} (fragment k 2 i4 + {0, 1}) and k = 16 i4 + 4 j + {2, 3} (fragment
+//    k 2 i4 + 8 + {0, 1}): over a 64-k stage its weight bytes are 8 contiguous bytes a row (one
+//    uint2, one MX block's scale) and its x values 16 contiguous floats a row (four float4);
+//  - the CTA (64 columns, expert e) has 2 column groups of 32 (two m16 tiles a warp) × 4 K
+//    slices of contiguous stages (a warp reads each of its rows in order); the slices' partial
+//    sums meet in shared memory.
+// x enters as two bf16 terms (hi, lo) as above; each stage's MMAs go into fresh registers that are
+// then added to the running sum with rounded f32 adds. Groups of more than FEW_ROWS rows run one
+// after another. Dispatched by `mxfp4-to-cuda-matvec` for static-T sites with 64 <= T·k <=
+// MXFP4_FEW_ROWS_PER_EXPERT · E (lowering/kernel_geometry.py); same ABI and grid as the 64-row
+// kernel. Variants measured and not kept (four m16 tiles a warp, 1 or 2 CTAs an SM; one m16 tile;
+// the next stage's bytes loaded ahead in registers): all slower or within 3%.
+#define FEW_ROWS 16  // rows of a group: two n8 tiles
+#define FEW_COLS 64  // output columns per CTA
+#define FEW_MT 2    // m16 tiles (16 columns each) a warp
+#define FEW_MINB 2  // CTAs an SM: 128 registers, no spills
+#define FEW_GROUPS (FEW_COLS / (16 * FEW_MT))      // column groups of a CTA
+#define FEW_SLICES ((THREADS / 32) / FEW_GROUPS)  // K slices: warp w takes slice w / GROUPS
+
+// A byte's two E2M1 values (low nibble first) times the block's scale, as bf16x2: one bf16 multiply
+// (exact: E2M1 values have 2 significant bits and the scale is a power of two).
+__device__ __forceinline__ unsigned decode_pair(const unsigned* lut2, unsigned byte, unsigned scale2) {
+  const unsigned v = lut2[byte];
+  const __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&v),
+                                   *reinterpret_cast<const __nv_bfloat162*>(&scale2));
+  return *reinterpret_cast<const unsigned*>(&r);
+}
+
+// bf16x2 of 2^(s-127) in both halves (s = 0: the subnormal 2^-127).
+__device__ __forceinline__ unsigned scale_bf16x2(unsigned s) {
+  const unsigned b = s ? s << 7 : 0x40u;
+  return b | (b << 16);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, FEW_MINB)
+day0_mxfp4_moe_gemm_few(const float* __restrict__ x, const unsigned char* __restrict__ packed,
+                        const unsigned char* __restrict__ scales, const long long* __restrict__ experts,
+                        float* __restrict__ out, int K, int N, int k, int E, int R) {
+  __shared__ float red[FEW_SLICES][FEW_COLS][FEW_ROWS + 1];  // each K slice's partial out^T [n][r]
+  __shared__ unsigned lut2[256];  // a byte's two decoded values as bf16x2 (low nibble low)
+  __shared__ unsigned match[SCAN / 32];
+  __shared__ int rows[FEW_ROWS];
+  __shared__ int s_state[2];
+  const int e = blockIdx.y, n0 = blockIdx.x * FEW_COLS;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int cg = warp % FEW_GROUPS, ks = warp / FEW_GROUPS;  // column group, K slice
+  const int g = lane >> 2, i4 = lane & 3;
+  lut2[tid] = pack_bf16(e2m1(tid & 15u), e2m1(tid >> 4));  // 256 threads
+  const int stages = (K + KSTAGE - 1) / KSTAGE;
+  // This warp's K slice: stages [s_lo, s_hi), contiguous so that it reads each row's bytes in order.
+  const int per = (stages + FEW_SLICES - 1) / FEW_SLICES;
+  const int s_lo = min(ks * per, stages), s_hi = min(s_lo + per, stages);
+  const size_t KB = (size_t)(K / 2), KS = (size_t)(K / 32);
+
+  // This lane's weight rows: nb + 16 mt + 8 h (mt = m16 tile, h = fragment row half), bit
+  // 2 mt + h of `valid` when < N; a stage's bytes at wbase + (16 mt + 8 h) KB + 32 s.
+  const int c0 = 16 * FEW_MT * cg, nb = n0 + c0 + g;
+  const unsigned char* wbase = packed + ((size_t)e * N + nb) * KB + 8 * i4;
+  const unsigned char* sbase = scales + ((size_t)e * N + nb) * KS + (i4 >> 1);
+  unsigned valid = 0;
+#pragma unroll
+  for (int q = 0; q < 2 * FEW_MT; ++q) valid |= (nb + 8 * q < N ? 1u : 0u) << q;
+  // A stage's loads: w[mt][h] the 8 bytes, sc[h] the scale bytes of tiles mt (byte mt).
+  uint2 wv[FEW_MT][2];
+  unsigned sv[2];
+  auto load_w = [&](int s, uint2 (&w)[FEW_MT][2], unsigned (&sc)[2]) {
+    const bool k_ok = s < s_hi && s * KSTAGE + 16 * i4 < K;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      sc[h] = 0u;
+#pragma unroll
+      for (int mt = 0; mt < FEW_MT; ++mt) {
+        const int q = 2 * mt + h;
+        const bool ok = k_ok && (valid >> q) & 1u;
+        w[mt][h] = ok ? __ldg(reinterpret_cast<const uint2*>(wbase + (size_t)(8 * q) * KB + (size_t)s * (KSTAGE / 2)))
+                      : make_uint2(0u, 0u);
+        sc[h] |= (ok ? (unsigned)sbase[(size_t)(8 * q) * KS + 2 * s] : 0u) << (8 * mt);
+      }
+    }
+  };
+
+  for (int pos = 0; pos < R;) {
+    const int count = collect_rows<FEW_ROWS>(experts, e, E, R, pos, match, rows, s_state);
+    if (count == 0) break;
+    const int nt = (count + 7) >> 3;  // n8 tiles of rows in use (1 or 2), warp-uniform
+    const float* xrow[2];
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      const int m = 8 * t + g;
+      const int r = m < count ? rows[m] : -1;
+      xrow[t] = r >= 0 ? x + (size_t)(r / k) * K + 16 * i4 : nullptr;  // null: a zero row
+    }
+
+    float acc[FEW_MT][2][4] = {};  // m16 tile, n8 tile, accumulator register
+    for (int s = s_lo; s < s_hi; ++s) {
+      load_w(s, wv, sv);
+      const bool k_ok = s * KSTAGE + 16 * i4 < K;
+      const float4* xs[2];
+#pragma unroll
+      for (int t = 0; t < 2; ++t)
+        xs[t] = t < nt && xrow[t] && k_ok ? reinterpret_cast<const float4*>(xrow[t] + (size_t)s * KSTAGE) : nullptr;
+      float part[FEW_MT][2][4] = {};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        unsigned bh[2][2], bl[2][2];  // n8 tile, b register: x's k 16 i4 + 4 j + {0, 1} | + {2, 3}
+#pragma unroll
+        for (int t = 0; t < 2; ++t) {
+          const float4 v = xs[t] ? __ldg(xs[t] + j) : make_float4(0.f, 0.f, 0.f, 0.f);
+          const float f[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+          for (int q = 0; q < 2; ++q) {
+            bh[t][q] = pack_bf16(f[2 * q], f[2 * q + 1]);
+            const float h0 = __uint_as_float(bh[t][q] << 16), h1 = __uint_as_float(bh[t][q] & 0xffff0000u);
+            bl[t][q] = pack_bf16(f[2 * q] - h0, f[2 * q + 1] - h1);  // exact differences
+          }
+        }
+#pragma unroll
+        for (int mt = 0; mt < FEW_MT; ++mt) {
+          // bytes 2 j and 2 j + 1 of the rows' uint2: k 16 i4 + 4 j + {0, 1} and + {2, 3}
+          const unsigned w0 = j < 2 ? wv[mt][0].x : wv[mt][0].y, w1 = j < 2 ? wv[mt][1].x : wv[mt][1].y;
+          const int sh = 16 * (j & 1);
+          const unsigned s0 = scale_bf16x2((sv[0] >> (8 * mt)) & 0xffu);
+          const unsigned s1 = scale_bf16x2((sv[1] >> (8 * mt)) & 0xffu);
+          const unsigned a0 = decode_pair(lut2, (w0 >> sh) & 0xffu, s0);
+          const unsigned a2 = decode_pair(lut2, (w0 >> (sh + 8)) & 0xffu, s0);
+          const unsigned a1 = decode_pair(lut2, (w1 >> sh) & 0xffu, s1);
+          const unsigned a3 = decode_pair(lut2, (w1 >> (sh + 8)) & 0xffu, s1);
+#pragma unroll
+          for (int t = 0; t < 2; ++t) {
+            if (t < nt) {
+              mma_bf16(part[mt][t], a0, a1, a2, a3, bh[t][0], bh[t][1]);
+              mma_bf16(part[mt][t], a0, a1, a2, a3, bl[t][0], bl[t][1]);
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int mt = 0; mt < FEW_MT; ++mt)
+#pragma unroll
+        for (int t = 0; t < 2; ++t)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) acc[mt][t][i] += part[mt][t][i];
+    }
+
+    // The slices' partials out^T[n][r] (accumulator: n = c0 + 16 mt + g + 8 (i / 2), r = 8 t + 2 i4 +
+    // i % 2), then their sum for the group's rows, written as out[row][n0 + n].
+#pragma unroll
+    for (int mt = 0; mt < FEW_MT; ++mt)
+#pragma unroll
+      for (int t = 0; t < 2; ++t)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          red[ks][c0 + 16 * mt + g + 8 * (i >> 1)][8 * t + 2 * i4 + (i & 1)] = acc[mt][t][i];
+    __syncthreads();
+    for (int idx = tid; idx < FEW_COLS * count; idx += THREADS) {
+      const int r = idx / FEW_COLS, n = idx % FEW_COLS;
+      if (n0 + n < N) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int w = 0; w < FEW_SLICES; ++w) sum += red[w][n][r];
+        const int row = rows[r];
+        out[(size_t)(row < 0 ? ~row : row) * N + n0 + n] = row < 0 ? 0.0f : sum;
+      }
+    }
+    __syncthreads();  // red and rows are rewritten by the next group
   }
 }

@@ -1,6 +1,7 @@
 // RUN: day0-opt %s --pass-pipeline='builtin.module(mxfp4-to-cuda-matvec)' | filecheck %s
 // RUN: day0-opt %s --pass-pipeline='builtin.module(mxfp4-to-cuda-matvec)' | filecheck %s --check-prefix=GONE
 // RUN: day0-opt %s --pass-pipeline='builtin.module(mxfp4-to-cuda-matvec{gemm=false})' | filecheck %s --check-prefix=MATVEC
+// RUN: day0-opt %s --pass-pipeline='builtin.module(mxfp4-to-cuda-matvec{few=false})' | filecheck %s --check-prefix=NOFEW
 
 // No mxfp4 op is left anywhere.
 // GONE-NOT: torch.day0.mxfp4
@@ -10,6 +11,10 @@
 // MATVEC-NOT: day0_mxfp4_moe_gemm
 // MATVEC: call @day0_mxfp4_moe_4x32x64_k2(
 // MATVEC-NOT: day0_mxfp4_moe_gemm
+// few=false: the few-rows site takes the 64-row GEMM.
+// NOFEW-NOT: call @day0_mxfp4_moe_gemm_few
+// NOFEW: call @day0_mxfp4_moe_gemm_16x32x64_k2(
+// NOFEW-NOT: call @day0_mxfp4_moe_gemm_few
 // The kernels: 4 read-only bindings (x, packed, scales, experts) + the result; the matvec takes 4
 // constants (K, N, k, E), the GEMM 5 (K, N, k, E, T·k).
 // CHECK: #hal.pipeline.layout<constants = 4, bindings = [#hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer>]>
@@ -40,13 +45,25 @@ func.func @lin(%x: !torch.vtensor<[1,64],f32>, %p: !torch.vtensor<[32,32],ui8>, 
 // CHECK: [[Y:%.+]] = call @day0_mxfp4_linear_32x64([[XC]], {{.*}}) : (tensor<?x64xf32>, tensor<32x32xi8>, tensor<32x2xi8>) -> tensor<?x32xf32>
 // CHECK-NEXT: tensor.cast [[Y]] : tensor<?x32xf32> to tensor<1x32xf32>
 
-// A static site with T·k >= 64 rows (one GEMM tile) takes the GEMM too.
-func.func @moe_t32(%x: !torch.vtensor<[32,64],f32>, %p: !torch.vtensor<[4,96,32],ui8>, %s: !torch.vtensor<[4,96,2],ui8>, %e: !torch.vtensor<[32,2],si64>) -> !torch.vtensor<[32,2,96],f32> {
-  %y = torch.operator "torch.day0.mxfp4_moe"(%x, %p, %s, %e) : (!torch.vtensor<[32,64],f32>, !torch.vtensor<[4,96,32],ui8>, !torch.vtensor<[4,96,2],ui8>, !torch.vtensor<[32,2],si64>) -> !torch.vtensor<[32,2,96],f32>
-  return %y : !torch.vtensor<[32,2,96],f32>
+// A static site with T·k >= 64 rows (one GEMM tile) and more than 16 rows an expert on average
+// (T·k = 80, E = 4) takes the GEMM too.
+func.func @moe_t40(%x: !torch.vtensor<[40,64],f32>, %p: !torch.vtensor<[4,96,32],ui8>, %s: !torch.vtensor<[4,96,2],ui8>, %e: !torch.vtensor<[40,2],si64>) -> !torch.vtensor<[40,2,96],f32> {
+  %y = torch.operator "torch.day0.mxfp4_moe"(%x, %p, %s, %e) : (!torch.vtensor<[40,64],f32>, !torch.vtensor<[4,96,32],ui8>, !torch.vtensor<[4,96,2],ui8>, !torch.vtensor<[40,2],si64>) -> !torch.vtensor<[40,2,96],f32>
+  return %y : !torch.vtensor<[40,2,96],f32>
 }
-// CHECK-LABEL: func.func @moe_t32(
+// CHECK-LABEL: func.func @moe_t40(
 // CHECK: call @day0_mxfp4_moe_gemm_4x96x64_k2(
+
+// A batched decode step: static T·k = 64 rows over E = 16 experts (4 an expert on average, at
+// most 16): the few-rows GEMM.
+func.func @moe_batch(%x: !torch.vtensor<[32,64],f32>, %p: !torch.vtensor<[16,32,32],ui8>, %s: !torch.vtensor<[16,32,2],ui8>, %e: !torch.vtensor<[32,2],si64>) -> !torch.vtensor<[32,2,32],f32> {
+  %y = torch.operator "torch.day0.mxfp4_moe"(%x, %p, %s, %e) : (!torch.vtensor<[32,64],f32>, !torch.vtensor<[16,32,32],ui8>, !torch.vtensor<[16,32,2],ui8>, !torch.vtensor<[32,2],si64>) -> !torch.vtensor<[32,2,32],f32>
+  return %y : !torch.vtensor<[32,2,32],f32>
+}
+// CHECK-LABEL: func.func @moe_batch(
+// CHECK: [[XC:%.+]] = tensor.cast {{.*}} : tensor<32x64xf32> to tensor<?x64xf32>
+// CHECK: [[Y:%.+]] = call @day0_mxfp4_moe_gemm_few_16x32x64_k2([[XC]], {{.*}}) : (tensor<?x64xf32>, tensor<16x32x32xi8>, tensor<16x32x2xi8>, tensor<?x2xi64>) -> tensor<?x2x32xf32>
+// CHECK-NEXT: tensor.cast [[Y]] : tensor<?x2x32xf32> to tensor<32x2x32xf32>
 
 // Decode's down call (its k (token, slot) rows as tokens, k = 1): fewer rows, the matvec.
 func.func @moe_down_decode(%x: !torch.vtensor<[8,64],f32>, %p: !torch.vtensor<[4,32,32],ui8>, %s: !torch.vtensor<[4,32,2],ui8>, %e: !torch.vtensor<[8,1],si64>) -> !torch.vtensor<[8,1,32],f32> {
@@ -71,6 +88,7 @@ func.func @moe_i32(%x: !torch.vtensor<[1,64],f32>, %p: !torch.vtensor<[4,32,32],
 // CHECK: } <workgroup_size = [256 : index, 1 : index, 1 : index]>
 // CHECK: hal.executable.source private @day0_mxfp4_moe_gemm <objects = <{#executable_target_cuda_nvptx_fb = [#hal.executable.object<{path = "mxfp4_moe_gemm.sm_90.ptx", data = dense<"0x{{[0-9A-F]+}}">
 // CHECK: hal.executable.export public @day0_mxfp4_moe_gemm ordinal(0)
+// CHECK: hal.executable.export public @day0_mxfp4_moe_gemm_few ordinal(1)
 // CHECK: } <workgroup_size = [256 : index, 1 : index, 1 : index]>
 
 // linear: one expert (weights viewed [1, N, ...], experts all 0); grid (ceil(N/32), rows).
@@ -102,3 +120,9 @@ func.func @moe_i32(%x: !torch.vtensor<[1,64],f32>, %p: !torch.vtensor<[4,32,32],
 // CHECK-NEXT: [[GX:%.+]] = arith.constant 2 : index
 // CHECK-NEXT: [[GE:%.+]] = arith.constant 4 : index
 // CHECK: flow.dispatch @day0_mxfp4_moe_gemm::@day0_mxfp4_moe_gemm[[[GX]], [[GE]]](%c64_i32, %c96_i32, %c2_i32, %c4_i32,
+// The few-rows GEMM: the same dispatch of the other entry.
+// CHECK-LABEL: func.func private @day0_mxfp4_moe_gemm_few_16x32x64_k2(
+// CHECK: [[ROWS:%.+]] = arith.muli
+// CHECK: [[GE:%.+]] = arith.constant 16 : index
+// CHECK: [[R:%.+]] = arith.index_cast [[ROWS]] : index to i32
+// CHECK: flow.dispatch @day0_mxfp4_moe_gemm::@day0_mxfp4_moe_gemm_few[%c1, [[GE]]](%c64_i32, %c32_i32, %c2_i32, %c16_i32, [[R]], %arg0, %arg1, %arg2,

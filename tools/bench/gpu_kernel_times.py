@@ -35,6 +35,9 @@ Pieces:
            x [4096, 1024], experts [4096, 1], N = 2048). Expert choices: random top-8 per token,
            skewed (half the rows on one expert), and T = 3 with invalid ids (-1, E: zero rows);
            each checked against a float64 reference (max error ÷ max |reference| < 1e-5).
+           The same experts in a batched decode step of 16 and 64 sequences (gate_up: T = 16 | 64,
+           k = 8; down: T·k rows, k = 1): the pass's few-rows GEMM beside the 64-row GEMM and
+           the matvec.
   topk     the radix top-k (k = 2048) over rows of T (tools/bench/gpu_topk_check.py's kernel timing).
 Limit: the bytes a launch must move (reads + writes) ÷ 4248 GB/s.
 """
@@ -106,11 +109,12 @@ def mxfp4_launch(T: int, k: int, E: int, N: int, K: int) -> Launch:
     )
 
 
-def mxfp4_gemm_launch(T: int, k: int, E: int, N: int, K: int) -> Launch:
-    """The grouped GEMM (the pass's kernel for mxfp4_moe with T != 1), same buffers; rows T·k."""
+def mxfp4_gemm_launch(T: int, k: int, E: int, N: int, K: int, kernel: str = "gemm") -> Launch:
+    """A grouped GEMM, same buffers; rows T·k. kernel: "gemm" (64 rows at a time, prefill) or
+    "few" (16 at a time, a batched decode step)."""
     return Launch(
         kg.MXFP4_MOE_GEMM.ptx,
-        "day0_mxfp4_moe_gemm",
+        {"gemm": "day0_mxfp4_moe_gemm", "few": "day0_mxfp4_moe_gemm_few"}[kernel],
         kg.mxfp4_gemm_grid(E, N),
         ("x", "packed", "scales", "experts", "out"),
         (K, N, k, E, T * k),
@@ -129,8 +133,9 @@ def all_launches() -> dict[str, Launch]:
     E, k, hid, inter = MOE["E"], MOE["k"], MOE["hidden"], MOE["intermediate"]
     out["moe_gate_up"] = mxfp4_launch(1, k, E, 2 * inter, hid)
     out["moe_down"] = mxfp4_launch(k, 1, E, hid, inter)
-    for name, (T, k, N, K) in moe_gemm_shapes().items():
-        out[f"moe_gemm_{name}"] = mxfp4_gemm_launch(T, k, PREFILL_MOE["E"], N, K)
+    for name, (T, k, N, K) in {**moe_gemm_shapes(), **moe_batch_shapes()}.items():
+        kernel = kg.mxfp4_kernel(True, T, k, PREFILL_MOE["E"])
+        out[f"moe_gemm_{name}"] = mxfp4_gemm_launch(T, k, PREFILL_MOE["E"], N, K, kernel)
     return out
 
 
@@ -142,6 +147,17 @@ def moe_gemm_shapes() -> dict[str, tuple[int, int, int, int]]:
         "gate_up": (c["T"], c["k"], 2 * c["intermediate"], c["hidden"]),
         "down": (c["T"] * c["k"], 1, c["hidden"], c["intermediate"]),
     }
+
+
+def moe_batch_shapes() -> dict[str, tuple[int, int, int, int]]:
+    """(T, k, N, K) of the two mxfp4_moe calls of a batched decode step of the same model (static T:
+    the engine's compiled batch sizes 16 and 64)."""
+    c = PREFILL_MOE
+    out = {}
+    for B in (16, 64):
+        out[f"gate_up_b{B}"] = (B, c["k"], 2 * c["intermediate"], c["hidden"])
+        out[f"down_b{B}"] = (B * c["k"], 1, c["hidden"], c["intermediate"])
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -572,7 +588,8 @@ def bench_moe_gemm(run: Runner) -> list[dict]:
     E = PREFILL_MOE["E"]
     g = torch.Generator(device="cuda").manual_seed(3)
     results = []
-    for name, (T, k, N, K) in moe_gemm_shapes().items():
+    for name, (T, k, N, K) in {**moe_gemm_shapes(), **moe_batch_shapes()}.items():
+        batch = name in moe_batch_shapes()
         wbytes = E * N * (K // 2 + K // 32)
         copies = _copies(wbytes, most=4)
         weights = [
@@ -582,7 +599,7 @@ def bench_moe_gemm(run: Runner) -> list[dict]:
             }
             for _ in range(copies)
         ]
-        for case in ("random", "skewed", "T=3"):
+        for case in ("random", "skewed") if batch else ("random", "skewed", "T=3"):
             t = 3 if case == "T=3" else T
             experts = torch.rand(t, E, device="cuda", generator=g).topk(k, dim=1).indices  # distinct per token
             if case == "skewed":  # half the rows on expert 5
@@ -594,7 +611,10 @@ def bench_moe_gemm(run: Runner) -> list[dict]:
             ref = mxfp4_moe_reference(x, weights[0]["packed"], weights[0]["scales"], experts)
             used = int(experts[(experts >= 0) & (experts < E)].unique().numel())  # experts whose weights are read
             nbytes = used * N * (K // 2 + K // 32) + t * K * 4 + t * k * 8 + t * k * N * 4
-            for kernel, launch in (("gemm", mxfp4_gemm_launch(t, k, E, N, K)), ("matvec", mxfp4_launch(t, k, E, N, K))):
+            kernels = [("gemm", mxfp4_gemm_launch(t, k, E, N, K)), ("matvec", mxfp4_launch(t, k, E, N, K))]
+            if batch:
+                kernels.insert(0, ("few", mxfp4_gemm_launch(t, k, E, N, K, "few")))
+            for kernel, launch in kernels:
                 sets[0]["out"].fill_(float("nan"))
                 run(launch, sets[0])
                 torch.cuda.synchronize()
