@@ -81,7 +81,9 @@ class _PagedStep(nn.Module):
             tables = tables.clamp(0, state[0].shape[0] // self.block_rows - 1)
         if len(state) > self.pools:  # slot tensors follow the pools
             slots = slots.clamp(0, state[self.pools].shape[0] - 1)
-        logits, *state = self.lm.step_paged(ids, positions, tables, slots, *state, block=self.block)
+        logits, *state = self.lm.step_paged(
+            ids, positions, tables, slots, *state, block=self.block, batched=self.batched
+        )
         return (logits, greedy_token(logits, self.batched), *state)
 
 

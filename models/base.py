@@ -137,13 +137,20 @@ class CausalLM(nn.Module):
         return pools, slots
 
     def step_paged(
-        self, ids: Tensor, positions: Tensor, tables: Tensor, slots: Tensor, *state: Tensor, block: int
+        self,
+        ids: Tensor,
+        positions: Tensor,
+        tables: Tensor,
+        slots: Tensor,
+        *state: Tensor,
+        block: int,
+        batched: bool = False,
     ) -> tuple[Tensor, ...]:
         """Run ids [S] at `positions` [S] over paged state (paged_state: the pools, then the slot
         tensors), through block tables [G, nb] and state slots [G]: G = 1, the tokens of one
         sequence; G = S, token s is its own sequence's (a batched decode step; models/paging.py).
         A sequence at position 0 starts from empty per-sequence state, whatever its slot held.
-        Returns (logits [S, V], *pools, *slot tensors)."""
+        batched: a decode step (paged_view), which G > 1 implies. Returns (logits [S, V], *pools, *slot tensors)."""
         specs = self.state_specs()
         per_sequence = [s.kind in SEQUENCE_KINDS for s in specs]
         pools, slotted = list(state[: per_sequence.count(False)]), list(state[per_sequence.count(False) :])
@@ -157,7 +164,7 @@ class CausalLM(nn.Module):
             held = next(taken_slots).index_select(0, slots)  # [G, *shape]
             held = torch.where(fresh.view(-1, *[1] * (held.dim() - 1)), torch.zeros_like(held), held)
             rows.append(held[0] if one else held)
-        logits, *new = self._run(ids, paged_view(positions, tables, block), rows)
+        logits, *new = self._run(ids, paged_view(positions, tables, block, batched), rows)
         out_pools = [t for t, is_seq in zip(new, per_sequence) if not is_seq]
         out_slots = [
             full.index_copy(0, slots, t[None] if one else t)

@@ -29,22 +29,19 @@ from torch import Tensor
 class CacheView:
     """positions [S] of the new tokens; rows [S]: the cache row of each; key_rows None or [G, L]
     (module docstring); visible [S, L] bool: the slots each query may attend (its own sequence,
-    causally)."""
+    causally); per_query: whether each query has its own key range (G = S: a batched decode
+    step, of one sequence too), so that per-key-range work reads the pool in place per query."""
 
     positions: Tensor
     rows: Tensor
     key_rows: Tensor | None
     visible: Tensor
+    per_query: bool = False
 
     @property
     def keys(self) -> int:
         """L, the slots of the key range."""
         return self.visible.shape[1]
-
-    @property
-    def per_query(self) -> bool:
-        """Whether each query has its own key range (a batch of sequences, one token each)."""
-        return self.key_rows is not None and self.key_rows.shape[0] > 1
 
     def window(self, width: int) -> Tensor:
         """visible, restricted to the last `width` positions up to each query (0: no limit)."""
@@ -100,14 +97,16 @@ def dense_view(positions: Tensor, keys: int) -> CacheView:
     return CacheView(positions, positions, None, visible)
 
 
-def paged_view(positions: Tensor, tables: Tensor, block: int) -> CacheView:
+def paged_view(positions: Tensor, tables: Tensor, block: int, batched: bool = False) -> CacheView:
     """positions [S] through block tables [G, nb] (G = 1: one sequence; G = S: one per query) of
     blocks of `block` positions; the key range is the tables' nb·block slots. Table entries past a
-    sequence's last block may be any block: their slots are never visible."""
+    sequence's last block may be any block: their slots are never visible. batched: a decode step
+    (G = S, also when both are 1: then the indexer reads the pool in place rather than gathering
+    the sequence's keys); G > 1 is always one."""
     offsets = torch.arange(block, dtype=torch.int64)
     key_rows = (tables.to(torch.int64)[:, :, None] * block + offsets).reshape(tables.shape[0], -1)  # [G, L]
     group = tables.shape[0] == 1
     owner = key_rows[0:1].expand(positions.shape[0], -1) if group else key_rows
     rows = owner.gather(1, positions[:, None]).reshape(-1)  # slot `position` of the query's own range
     visible = torch.arange(key_rows.shape[1], dtype=torch.int64)[None, :] <= positions[:, None]
-    return CacheView(positions, rows, key_rows, visible)
+    return CacheView(positions, rows, key_rows, visible, per_query=batched or tables.shape[0] > 1)

@@ -130,10 +130,53 @@ class _Site:
     widened: tuple[Widened | None, Widened | None]  # per operand
 
 
-def _stacked(f32_side: int, dims, out_dims, terms: int, other: str, kind: str) -> list[str]:
-    """Lines computing %r from the terms %x0.. stacked along the f32 operand's free axis (rows
-    of a, columns of b): one product reading the widened operand once, then the sum of its
-    `terms` slices."""
+def _stacked_terms(src: str, dims, axis: int, terms: int) -> list[str]:
+    """Lines computing %xs: the `terms` bf16 terms of the f32 tensor `src` stacked along `axis` (term
+    j at [j·n, (j+1)·n) of it), in one linalg.generic: its domain has a terms dim before `axis`
+    (linalg.index picks the term), and a collapse_shape merges the two. One dispatch, where a
+    generic per term and an insert_slice each took launches of their own."""
+    rank = len(dims)
+    dom = [f"d{i}" for i in range(rank + 1)]
+    in_map = f"affine_map<({', '.join(dom)}) -> ({', '.join(d for i, d in enumerate(dom) if i != axis)})>"
+    out_map = f"affine_map<({', '.join(dom)}) -> ({', '.join(dom)})>"
+    dims3 = [*dims[:axis], terms, *dims[axis:]]
+    big = list(dims)
+    big[axis] *= terms
+    body = _round("%x", 0)
+    for j in range(1, terms):
+        body += f"\n      %r{j} = arith.subf {'%x' if j == 1 else f'%r{j - 1}'}, %h{j - 1} : f32" + _round(f"%r{j}", j)
+    body += "".join(f"\n      %tb{j} = arith.truncf %h{j} : f32 to bf16" for j in range(terms))
+    body += f"\n      %ti = linalg.index {axis} : index"
+    pick = f"%tb{terms - 1}"
+    for j in range(terms - 2, -1, -1):
+        body += (
+            f"\n      %ci{j} = arith.constant {j} : index"
+            f"\n      %eq{j} = arith.cmpi eq, %ti, %ci{j} : index"
+            f"\n      %pk{j} = arith.select %eq{j}, %tb{j}, {pick} : bf16"
+        )
+        pick = f"%pk{j}"
+    groups = [[i] for i in range(axis)] + [[axis, axis + 1]] + [[i] for i in range(axis + 2, rank + 1)]
+    reassoc = "[" + ", ".join("[" + ", ".join(map(str, g)) + "]" for g in groups) + "]"
+    iters = ", ".join(['"parallel"'] * (rank + 1))
+    return [
+        f"  %xs3_e = tensor.empty() : tensor<{_shape(dims3)}xbf16>",
+        f"  %xs3 = linalg.generic {{indexing_maps = [{in_map}, {out_map}], iterator_types = [{iters}]}} "
+        f"ins({src} : tensor<{_shape(dims)}xf32>) outs(%xs3_e : tensor<{_shape(dims3)}xbf16>) {{\n"
+        "    ^bb0(%x: f32, %o: bf16):\n"
+        "      %c16 = arith.constant 16 : i32\n"
+        "      %one = arith.constant 1 : i32\n"
+        "      %half = arith.constant 32767 : i32\n"
+        f"      %mask = arith.constant -65536 : i32{body}\n"
+        f"      linalg.yield {pick} : bf16\n"
+        f"  }} -> tensor<{_shape(dims3)}xbf16>",
+        f"  %xs = tensor.collapse_shape %xs3 {reassoc} : tensor<{_shape(dims3)}xbf16> into tensor<{_shape(big)}xbf16>",
+    ]
+
+
+def _stacked(f32_side: int, src: str, dims, out_dims, terms: int, other: str, kind: str) -> list[str]:
+    """Lines computing %r from the terms of the f32 operand `src` stacked along its free axis (rows
+    of a, columns of b; _stacked_terms): one product reading the widened operand once, then the
+    sum of its `terms` slices."""
     axis = len(dims) - 2 + f32_side  # the free axis, of the same size and place in the output
     n = dims[axis]
     big, big_out = list(dims), list(out_dims)
@@ -143,20 +186,13 @@ def _stacked(f32_side: int, dims, out_dims, terms: int, other: str, kind: str) -
         f"tensor<{_shape(big_out)}xf32>",
         f"tensor<{_shape(out_dims)}xf32>",
     )
-    term_t = f"tensor<{_shape(dims)}xbf16>"
     ones = ", ".join(["1"] * len(dims))
 
     def offsets(j: int) -> str:
         return ", ".join(str(j * n) if i == axis else "0" for i in range(len(dims)))
 
-    lines = [f"  %xs_e = tensor.empty() : {xs_t}"]
-    prev = "%xs_e"
-    for j in range(terms):
-        lines.append(
-            f"  %xs{j} = tensor.insert_slice %x{j} into {prev}[{offsets(j)}] [{', '.join(map(str, dims))}] "
-            f"[{ones}] : {term_t} into {xs_t}"
-        )
-        prev = f"%xs{j}"
+    lines = _stacked_terms(src, dims, axis, terms)
+    prev = "%xs"
     pair = f"{prev}, %bb : {xs_t}, {other}" if f32_side == 0 else f"%ab, {prev} : {other}, {xs_t}"
     lines += [
         f"  %ys_e = tensor.empty() : {ys_t}",
@@ -212,10 +248,10 @@ def _template(site: _Site, terms: int, stack: bool = False) -> str:
     else:
         f32_side = 0 if site.widened[0] is None else 1
         src, dims = ("%ab", a_t.dims) if f32_side == 0 else ("%bb", b_t.dims)
-        body += [_split(f"x{j}", src, dims, j) for j in range(terms)]
         if stack:
-            body += _stacked(f32_side, dims, out.dims, terms, bf[1 - f32_side], kind)
+            body += _stacked(f32_side, src, dims, out.dims, terms, bf[1 - f32_side], kind)
         else:
+            body += [_split(f"x{j}", src, dims, j) for j in range(terms)]
             pair = (lambda t: f"%{t}, %bb") if f32_side == 0 else (lambda t: f"%ab, %{t}")
             acc = "%acc"
             for j in range(terms):

@@ -59,14 +59,15 @@ def test_cuda_pipeline_with_the_indexer_kernel_compiles(tmp_path):
 
 
 def test_batched_decode_steps_keep_the_rows_form(demo_model):
-    """A batched paged decode step (one key range per query) scores through the pool's rows
-    (`day0::indexer_scores_rows`); a prompt chunk and a one-sequence step (one key range for
-    all of its queries) keep the shared-keys form."""
+    """Every paged decode step (one key range per query), of one sequence too, scores through the
+    pool's rows (`day0::indexer_scores_rows`): no gather of the sequence's keys; a prompt chunk
+    (one key range for all of its queries) keeps the shared-keys form."""
     from day0.frontend.export import PagedExport
 
     layers = demo_model.cfg.num_hidden_layers
     mlir = export_model(demo_model, 64, keep=("indexer_scores",), paged=PagedExport(4, (1, 3))).mlir
-    assert mlir.count('torch.operator "torch.day0.indexer_scores_rows"') == layers  # paged_decode_3
+    assert mlir.count('torch.operator "torch.day0.indexer_scores_rows"') == 2 * layers  # decode_1, decode_3
+    assert mlir.count('torch.operator "torch.day0.indexer_scores"(') >= layers  # the prompt chunk
     cpu = export_model(demo_model, 64, paged=PagedExport(4, (1, 3))).mlir
     assert "indexer_scores_rows" not in cpu
 

@@ -19,3 +19,22 @@ def test_engine_profile_runs_every_batch(artifact, capsys):
     assert sorted(out) == ["engine_1", "engine_3"]
     assert all(r["steps"] == 2 and r["wall_ms"] > 0 for r in out.values())
     assert "3 sequences: wall" in capsys.readouterr().out
+
+
+def test_engine_profile_takes_a_moved_checkpoint(artifact, tmp_path):
+    """--checkpoint replaces the shard directory recorded at compile time (on the GPU host the
+    checkpoint is regenerated elsewhere), for the manifest read as for the Engine."""
+    import json
+    import shutil
+
+    from day0.tools.bench.gpu_artifact_profile import run_engine
+
+    src = artifact("ds-sparse")
+    moved = tmp_path / "a"
+    shutil.copytree(src, moved)
+    manifest = json.loads((moved / "manifest.json").read_text())
+    ckpt = manifest["parameters"]["base_dir"]
+    manifest["parameters"]["base_dir"] = str(tmp_path / "gone")
+    (moved / "manifest.json").write_text(json.dumps(manifest))
+    out = run_engine(moved, ckpt, prompt=6, steps=1, device="local-task", top=1, batches=[1])
+    assert out["engine_1"]["steps"] == 1

@@ -23,7 +23,8 @@ class _Proj(torch.nn.Module):
         y = F.linear(x, w.float())  # [M, N]
         wk = kv.float().view(H, 2 * D, R)[:, :D]  # [H, D, R], a head slice of the weight
         a = torch.bmm(q.transpose(0, 1), wk)  # [H, M, R]
-        return y, a
+        c = torch.mm(w.float(), x.T)  # [N, M]: the f32 operand on the right, stacked along columns
+        return y, a, c
 
 
 def _inputs(seed):
@@ -44,7 +45,7 @@ def _bf16(t):
 def _reference(x, w, q, kv):
     y = x.double() @ w.double().T
     wk = kv.double().view(H, 2 * D, R)[:, :D]
-    return y, torch.bmm(q.double().transpose(0, 1), wk)
+    return y, torch.bmm(q.double().transpose(0, 1), wk), y.T
 
 
 def _rewritten(terms: int, stack_rows: int = 0) -> str:
@@ -65,7 +66,7 @@ def test_bf16_terms_match_float64(tmp_path: Path, terms, bound, stack):
 
     rewritten = _rewritten(terms, M * terms if stack else 0)
     products = 1 if stack else terms
-    assert rewritten.count("linalg.matmul") == products and rewritten.count("linalg.batch_matmul") == products
+    assert rewritten.count("linalg.matmul") == 2 * products and rewritten.count("linalg.batch_matmul") == products
     assert "torch.aten.mm" not in rewritten and "torch.aten.bmm" not in rewritten
     compile_mlir(rewritten, "llvm-cpu", tmp_path / "m.vmfb")
     fn = VmModule.load(tmp_path / "m.vmfb").function("main")
@@ -94,3 +95,14 @@ def test_bf16_terms_run_on_tensor_cores(tmp_path: Path):
     )
     llvm_ir = "".join(p.read_text() for p in (tmp_path / "ir").glob("*.optimized.ll"))
     assert "@llvm.nvvm.mma.m16n8k16.row.col.bf16" in llvm_ir  # mma.sync on bf16, f32 accumulators
+
+
+def test_stacked_terms_are_one_dispatch_each():
+    """Stacked, each product compiles for cuda-sm90 to three dispatches: the terms (one generic
+    writing them stacked), the product, the sum of its slices: 9 for this module, where a generic
+    per term and an insert_slice each took 21 (and one product per term 18). The launches of a
+    64-sequence decode step: docs/perf.md."""
+    from day0.lowering.compile import compile_to_phase
+
+    flow = compile_to_phase(_rewritten(3, M * 3), "cuda-sm90", "flow")
+    assert flow.count("flow.dispatch @") == 3 * 3

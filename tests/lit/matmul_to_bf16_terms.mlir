@@ -53,15 +53,20 @@ func.func @linear(%x: !torch.vtensor<[64,32],f32>, %w: !torch.vtensor<[96,32],bf
 // CHECK-NEXT:    [[Y2:%.+]] = linalg.matmul ins([[T2]], [[W]] : tensor<64x32xbf16>, tensor<32x96xbf16>) outs([[Y1]] : tensor<64x96xf32>) -> tensor<64x96xf32>
 // CHECK-NEXT:    [[Y:%.+]] = torch_c.from_builtin_tensor [[Y2]] : tensor<64x96xf32> -> !torch.vtensor<[64,96],f32>
 // CHECK-NEXT:    return [[Y]] : !torch.vtensor<[64,96],f32>
-// By default (stack-rows=256) 64 rows × 3 terms are stacked: one product of 192 rows reads the
-// weight once, then its three 64-row slices are summed into the result.
+// By default (stack-rows=256) 64 rows × 3 terms are stacked: one generic writes the three terms
+// as [3, 64, 32] (linalg.index 0 picks the term), a collapse_shape makes them one 192-row operand,
+// one product of 192 rows reads the weight once, then its three 64-row slices are summed.
 // STACK-LABEL:   func.func @linear(
-// STACK-COUNT-3:   linalg.generic {{.*}} outs({{%.+}} : tensor<64x32xbf16>)
-// STACK:           [[E:%.+]] = tensor.empty() : tensor<192x32xbf16>
-// STACK-NEXT:      [[S0:%.+]] = tensor.insert_slice {{%.+}} into [[E]][0, 0] [64, 32] [1, 1] : tensor<64x32xbf16> into tensor<192x32xbf16>
-// STACK-NEXT:      [[S1:%.+]] = tensor.insert_slice {{%.+}} into [[S0]][64, 0] [64, 32] [1, 1]
-// STACK-NEXT:      [[S2:%.+]] = tensor.insert_slice {{%.+}} into [[S1]][128, 0] [64, 32] [1, 1]
-// STACK:           [[P:%.+]] = linalg.matmul ins([[S2]], {{%.+}} : tensor<192x32xbf16>, tensor<32x96xbf16>) outs({{%.+}} : tensor<192x96xf32>)
+// STACK:           [[E:%.+]] = tensor.empty() : tensor<3x64x32xbf16>
+// STACK-NEXT:      [[T:%.+]] = linalg.generic {indexing_maps = [#map{{[0-9]*}}, #map{{[0-9]*}}], iterator_types = ["parallel", "parallel", "parallel"]} ins({{%.+}} : tensor<64x32xf32>) outs([[E]] : tensor<3x64x32xbf16>)
+// STACK-COUNT-3:     arith.truncf {{%.+}} : f32 to bf16
+// STACK-NEXT:        [[I:%.+]] = linalg.index 0 : index
+// STACK:             arith.select
+// STACK:             arith.select
+// STACK-NEXT:        linalg.yield
+// STACK:           [[S:%.+]] = tensor.collapse_shape [[T]] {{\[\[}}0, 1], [2]] : tensor<3x64x32xbf16> into tensor<192x32xbf16>
+// STACK-NOT:       linalg.generic
+// STACK:           [[P:%.+]] = linalg.matmul ins([[S]], {{%.+}} : tensor<192x32xbf16>, tensor<32x96xbf16>) outs({{%.+}} : tensor<192x96xf32>)
 // STACK-NOT:       linalg.matmul
 // STACK:           tensor.extract_slice [[P]][0, 0] [64, 96] [1, 1]
 // STACK-NEXT:      tensor.extract_slice [[P]][64, 0] [64, 96] [1, 1]
@@ -72,6 +77,7 @@ func.func @linear(%x: !torch.vtensor<[64,32],f32>, %w: !torch.vtensor<[96,32],bf
 // STACK:           torch_c.from_builtin_tensor [[R]] : tensor<64x96xf32>
 // The absorbed query's bmm stacks along its rows (dim 1).
 // STACK-LABEL:   func.func @absorb(
+// STACK:           tensor.collapse_shape {{%.+}} {{\[\[}}0], [1, 2], [3]] : tensor<4x3x64x16xbf16> into tensor<4x192x16xbf16>
 // STACK:           linalg.batch_matmul ins({{%.+}}, {{%.+}} : tensor<4x192x16xbf16>, tensor<4x16x64xbf16>) outs({{%.+}} : tensor<4x192x64xf32>)
 
 // Two terms: t0 and t1, two products.

@@ -106,7 +106,7 @@ def run_engine(
     from day0.tools.bench.bench_gpu_engine import WARM, _copies, _fill
 
     most = max(batches)
-    manifest = read_manifest(artifact)
+    manifest = read_manifest(artifact, verify=False, checkpoint_dir=checkpoint)  # a moved checkpoint
     block, vocab = manifest.paged.block_size, manifest.vocab_size
     distinct = min(4, most)
     new_tokens = len(batches) * (WARM + steps) + 2 + distinct * -(-prompt // 512)
