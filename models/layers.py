@@ -64,25 +64,32 @@ def rope_table(inv_freq: Tensor, max_positions: int, attention_scaling: float) -
     return (angles.cos() * attention_scaling).float(), (angles.sin() * attention_scaling).float()
 
 
+def _rotate_halves(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """(x1, x2) -> (x1·c − x2·s, x2·c + x1·s) for halves x1, x2 of x's last dim, as one elementwise
+    expression: x·[c, c] + [x2, x1]·[−s, s], the swapped halves a flip of a [2, d/2] view. A
+    torch.cat of the two halves costs IREE copies (flow.tensor.update) and a dispatch of their own;
+    this form fuses into one dispatch with its neighbours."""
+    shape = (cos.shape[0],) + (1,) * (x.dim() - 2) + (cos.shape[1],)
+    cos, sin = cos.reshape(shape), sin.reshape(shape)
+    c = torch.stack([cos, cos], -2)  # [..., 2, d/2]
+    s = torch.stack([-sin, sin], -2)
+    halves = x.unflatten(-1, (2, -1))
+    return (halves * c + halves.flip(-2) * s).flatten(-2)
+
+
 def rotate_interleaved(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """DeepSeek MLA rope on pairs (x0,x1),(x2,x3)…, emitted de-interleaved [evens', odds'].
 
     q and k both get the same permutation, so their dot products equal the interleaved form's.
     x: [S, ..., d]; cos, sin: [S, d/2] (broadcast over the middle dims).
     """
-    shape = (cos.shape[0],) + (1,) * (x.dim() - 2) + (cos.shape[1],)
-    cos, sin = cos.reshape(shape), sin.reshape(shape)
-    x1, x2 = x[..., 0::2], x[..., 1::2]
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+    evens_odds = x.unflatten(-1, (-1, 2)).transpose(-1, -2).flatten(-2)  # [x0, x2, …, x1, x3, …]
+    return _rotate_halves(evens_odds, cos, sin)
 
 
 def rotate_half_split(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Llama-style (non-interleaved) rope: halves (x1, x2) -> (x1·c − x2·s, x2·c + x1·s)."""
-    shape = (cos.shape[0],) + (1,) * (x.dim() - 2) + (cos.shape[1],)
-    cos, sin = cos.reshape(shape), sin.reshape(shape)
-    half = x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+    return _rotate_halves(x, cos, sin)
 
 
 def yarn_mscale(scale: float, mscale: float) -> float:
