@@ -42,7 +42,7 @@ def _(q: Tensor, kv: Tensor, indices: Tensor, scale: float, value_dim: int) -> T
 # function of the same name; it emits the custom op only inside `keeping({...})` (set by export
 # for the target), and otherwise the op's reference body, so other targets trace plain aten ops.
 # (A decomposition-table entry for a custom op would change later exports in the process too.)
-DECOMPOSABLE = ("indexer_scores",)
+DECOMPOSABLE = ("indexer_scores", "moe_route")
 _KEPT: ContextVar[frozenset] = ContextVar("day0_kept_ops", default=frozenset())
 
 
@@ -161,3 +161,59 @@ def mxfp4_moe(x: Tensor, packed: Tensor, scales: Tensor, experts: Tensor) -> Ten
 def _(x: Tensor, packed: Tensor, scales: Tensor, experts: Tensor) -> Tensor:
     torch._check(x.dim() == 2 and packed.dim() == 3 and scales.dim() == 3 and experts.dim() == 2)
     return x.new_empty(x.shape[0], experts.shape[1], packed.shape[1])
+
+
+# --- DeepSeek's group-limited sigmoid routing (models/moe.py's Router), as one op.
+
+
+def moe_route(
+    logits: Tensor, bias: Tensor, groups: int, topk_group: int, top_k: int, normalize: bool, scaling: float
+) -> tuple[Tensor, Tensor]:
+    """The router after its linear: logits [S, E] f32, bias [E] f32 -> (weights [S, k] f32, experts
+    [S, k] int64).
+
+    scores = sigmoid(logits); biased = scores + bias; the `topk_group` of `groups` contiguous
+    groups with the largest sum of their two best biased scores; the `top_k` experts of the
+    largest biased score inside them; weights = their unbiased scores, divided by their sum
+    (+1e-20) when `normalize`, times `scaling`. The selection is a set (its order is not part of
+    the contract). A target that keeps `moe_route` gets `day0::moe_route` (one CUDA kernel for
+    what IREE makes about eight dispatches, three of them top-k's).
+    """
+    args = (logits, bias, groups, topk_group, top_k, normalize, scaling)
+    if "moe_route" in _KEPT.get():
+        return torch.ops.day0.moe_route(*args)
+    return moe_route_reference(*args)
+
+
+def moe_route_reference(
+    logits: Tensor, bias: Tensor, groups: int, topk_group: int, top_k: int, normalize: bool, scaling: float
+) -> tuple[Tensor, Tensor]:
+    scores = logits.sigmoid()  # [S, E]
+    biased = scores + bias
+    experts_per_group = logits.shape[-1] // groups
+    per_group = biased.view(-1, groups, experts_per_group)
+    group_scores = per_group.topk(2, dim=-1, sorted=False).values.sum(-1)  # [S, G]
+    chosen_groups = group_scores.topk(topk_group, dim=-1, sorted=False).indices
+    # 1.0 at the chosen groups: a comparison, not a scatter (IREE fuses it into one elementwise op)
+    group_mask = (chosen_groups[..., None] == torch.arange(groups, dtype=chosen_groups.dtype)).float().sum(1)
+    expert_mask = group_mask.repeat_interleave(experts_per_group, dim=1)
+    # sorted=False throughout: every selection here is used as a set.
+    experts = biased.masked_fill(expert_mask == 0, float("-inf")).topk(top_k, dim=-1, sorted=False).indices
+    weights = scores.gather(1, experts)
+    if normalize:
+        weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
+    return weights * scaling, experts
+
+
+@torch.library.custom_op("day0::moe_route", mutates_args=())
+def _moe_route_op(
+    logits: Tensor, bias: Tensor, groups: int, topk_group: int, top_k: int, normalize: bool, scaling: float
+) -> tuple[Tensor, Tensor]:
+    return moe_route_reference(logits, bias, groups, topk_group, top_k, normalize, scaling)
+
+
+@_moe_route_op.register_fake
+def _(logits: Tensor, bias: Tensor, groups: int, topk_group: int, top_k: int, normalize: bool, scaling: float):
+    torch._check(logits.dim() == 2 and bias.dim() == 1)
+    s = logits.shape[0]
+    return logits.new_empty(s, top_k), logits.new_empty(s, top_k, dtype=torch.int64)

@@ -270,4 +270,38 @@ def topk_grid(entry: str, rows: int, n: int) -> Grid:
     return rows, 1, 1
 
 
-KERNEL_SETS = (INDEXER_SCORES, DSA_ATTENTION, MXFP4_MATVEC, MXFP4_MOE_GEMM, TOPK_SELECT)  # one per .cu
+# ---------------------------------------------------------------------------------------------
+# moe_route.cu: day0::moe_route, DeepSeek's group-limited sigmoid routing after the router's linear,
+# one warp a token
+
+MOE_ROUTE = KernelSet(
+    "day0_moe_route",
+    "moe_route.cu",
+    "moe_route.sm_90.ptx",
+    # logits, bias | weights, experts (i64) ; S, E, groups, topk_group, top_k, normalize, scaling bits
+    (Entry("day0_moe_route", (True, True, False, False), 7, 1),),
+)
+MOE_ROUTE_ROWS_PER_CTA = 8  # WARPS: one warp a token
+MOE_ROUTE_MAX_E = 1024  # MAX_E: the biased scores of a warp's token in shared memory
+MOE_ROUTE_MAX_GROUPS = 32  # a lane a group
+MOE_ROUTE_MAX_K = 32  # a lane a chosen expert
+
+
+def moe_route_limits(E: int, groups: int, topk_group: int, top_k: int) -> str | None:
+    """Why the kernel cannot route E experts in `groups` groups (None: it can)."""
+    if E > MOE_ROUTE_MAX_E:
+        return f"at most {MOE_ROUTE_MAX_E} experts, got {E}"
+    if not 1 <= groups <= MOE_ROUTE_MAX_GROUPS or E % groups or E // groups < 2:
+        return f"1 to {MOE_ROUTE_MAX_GROUPS} groups of at least 2 experts dividing E={E}, got {groups}"
+    if not 1 <= topk_group <= groups:
+        return f"topk_group must be in [1, {groups}], got {topk_group}"
+    if not 1 <= top_k <= min(MOE_ROUTE_MAX_K, E):
+        return f"top_k must be in [1, {min(MOE_ROUTE_MAX_K, E)}], got {top_k}"
+    return None
+
+
+def moe_route_grid(S: int) -> Grid:
+    return cdiv(S, MOE_ROUTE_ROWS_PER_CTA), 1, 1
+
+
+KERNEL_SETS = (INDEXER_SCORES, DSA_ATTENTION, MXFP4_MATVEC, MXFP4_MOE_GEMM, TOPK_SELECT, MOE_ROUTE)  # one per .cu

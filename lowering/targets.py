@@ -28,11 +28,12 @@ DEFAULT_DSA_TILE = 64
 # target's lowering of that op alone (`Target.pipeline(roles=...)`):
 #   weights  checkpoint tensors become IREE parameters; stacked experts are built once
 #   indexer  the DSA indexer's scores (targets that keep day0::indexer_scores whole)
+#   router   day0::moe_route (targets that keep it whole)
 #   topk     aten.topk
 #   mxfp4    day0::mxfp4_linear / day0::mxfp4_moe
 #   dsa      day0::dsa_attention (the pass text is a function of the model's DSA shape, DsaShape)
 #   matmul   the remaining matmuls
-ROLES = ("weights", "indexer", "topk", "mxfp4", "dsa", "matmul")
+ROLES = ("weights", "indexer", "router", "topk", "mxfp4", "dsa", "matmul")
 
 
 @dataclass(frozen=True)
@@ -222,7 +223,8 @@ TARGETS: dict[str, Target] = {
     # No device flags: the device target travels inside the module (see _attach_cuda_sm90).
     # O3: fewer kernel launches a decode step, outputs bitwise equal to the default level's.
     # day0's own kernels replace IREE's lowering where it is slow or wrong on sm_90 (docs/perf.md):
-    #   indexer scores and DSA attention (tensor-core kernels), every topk (radix select: IREE's GPU
+    #   indexer scores and DSA attention (tensor-core kernels), the MoE router (one kernel where
+    #   IREE made ~8 dispatches), every topk (radix select: IREE's GPU
     #   topk is slow and produced out-of-range indices on -inf-masked router rows, min-size=0 sends
     #   every row to it), MXFP4 matmuls (IREE's CUDA codegen fails on or miscompiles the fused
     #   form); the remaining prefill matmuls against bf16 weights run as bf16 tensor-core products
@@ -240,13 +242,14 @@ TARGETS: dict[str, Target] = {
         passes=(
             *_WEIGHTS,
             ("indexer", "indexer-scores-to-cuda-kernel"),
+            ("router", "moe-route-to-cuda-kernel"),
             ("topk", "topk-to-radix-select{min-size=0}"),
             ("topk", "topk-to-linalg-ext"),
             ("mxfp4", "mxfp4-to-cuda-matvec"),
             ("dsa", lambda dsa: "dsa-to-cuda-kernel"),
             ("matmul", "matmul-to-bf16-terms"),
         ),
-        kept_ops=("indexer_scores",),
+        kept_ops=("indexer_scores", "moe_route"),
         prefill_chunk=512,
         cache_dtype="bfloat16",
         prepare=_attach_cuda_sm90,

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import day0.frontend.ops  # noqa: F401  (registers torch.ops.day0.*)
+from day0.frontend.ops import moe_route
 from day0.models.layers import MLP, swiglu
 
 
@@ -22,7 +23,8 @@ def one_hot_sum(indices: Tensor, n: int, values: Tensor | None = None) -> Tensor
 
 class Router(nn.Module):
     """sigmoid scores; choose top `topk_group` groups by the sum of their two best biased scores,
-    then the top-k experts inside them; weights = unbiased scores, normalized, × scaling."""
+    then the top-k experts inside them; weights = unbiased scores, normalized, × scaling
+    (frontend.ops.moe_route, one op after the linear)."""
 
     def __init__(self, cfg):
         super().__init__()
@@ -34,19 +36,10 @@ class Router(nn.Module):
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """x [S, hidden] -> (weights [S, k] f32, experts [S, k] int64)."""
-        scores = F.linear(x, self.weight.float()).sigmoid()  # [S, E]
-        biased = scores + self.e_score_correction_bias.float()
-        per_group = biased.view(-1, self.groups, self.experts // self.groups)
-        group_scores = per_group.topk(2, dim=-1, sorted=False).values.sum(-1)  # [S, G]
-        chosen_groups = group_scores.topk(self.topk_group, dim=-1, sorted=False).indices
-        group_mask = one_hot_sum(chosen_groups, self.groups)  # [S, G] 1.0 at chosen groups
-        expert_mask = group_mask.repeat_interleave(self.experts // self.groups, dim=1)
-        # sorted=False throughout: every selection here is used as a set.
-        experts = biased.masked_fill(expert_mask == 0, float("-inf")).topk(self.top_k, dim=-1, sorted=False).indices
-        weights = scores.gather(1, experts)
-        if self.norm_topk_prob:
-            weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
-        return weights * self.scaling, experts
+        logits = F.linear(x, self.weight.float())  # [S, E]
+        bias = self.e_score_correction_bias.float()
+        normalize, scaling = bool(self.norm_topk_prob), float(self.scaling)
+        return moe_route(logits, bias, self.groups, self.topk_group, self.top_k, normalize, scaling)
 
 
 class Experts(nn.ModuleList):

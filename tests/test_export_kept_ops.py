@@ -21,7 +21,7 @@ def demo_model(tmp_path_factory):
 
 
 def test_a_kept_op_stays_whole_and_others_get_its_body(demo_model):
-    assert kept_ops("llvm-cpu") == () and kept_ops("cuda-sm90") == ("indexer_scores",)
+    assert kept_ops("llvm-cpu") == () and kept_ops("cuda-sm90") == ("indexer_scores", "moe_route")
     layers, funcs = demo_model.cfg.num_hidden_layers, 3  # prefill, decode, prefill_first
     kept = export_model(demo_model, 64, keep=("indexer_scores",)).mlir
     assert kept.count('torch.operator "torch.day0.indexer_scores"') == layers * funcs
@@ -31,9 +31,42 @@ def test_a_kept_op_stays_whole_and_others_get_its_body(demo_model):
 
 
 def test_unknown_kept_op_is_refused(demo_model):
-    with pytest.raises(ValueError, match=r"cannot keep \['nope'\].*\['indexer_scores'\]"):
+    with pytest.raises(ValueError, match=r"cannot keep \['nope'\].*\['indexer_scores', 'moe_route'\]"):
         export_model(demo_model, 64, keep=("nope",))
-    assert set(DECOMPOSABLE) == {"indexer_scores"}
+    assert set(DECOMPOSABLE) == {"indexer_scores", "moe_route"}
+
+
+def test_the_router_is_one_op_where_kept(demo_model):
+    """Kept, each MoE layer's routing after its linear is one `day0::moe_route` (no router top-k's
+    left: only the indexer's); elsewhere its reference body, three top-k's a MoE layer."""
+    cfg = demo_model.cfg
+    funcs = 3  # prefill, decode, prefill_first
+    moe_layers = cfg.num_hidden_layers - cfg.first_k_dense_replace
+    assert moe_layers > 0
+    kept = export_model(demo_model, 64, keep=("moe_route",)).mlir
+    assert kept.count('torch.operator "torch.day0.moe_route"') == moe_layers * funcs
+    cpu = export_model(demo_model, 64).mlir
+    assert "torch.day0.moe_route" not in cpu
+    assert cpu.count("torch.aten.topk") - kept.count("torch.aten.topk") == 3 * moe_layers * funcs
+
+
+def test_the_router_op_is_its_reference():
+    """The custom op's eager kernel is the reference body, tie-breaking included."""
+    import torch
+
+    from day0.frontend import ops
+
+    g = torch.Generator().manual_seed(0)
+    logits, bias = torch.randn(5, 16, generator=g), torch.randn(16, generator=g) * 0.1
+    logits[0, 3] = logits[0, 4]  # a tie inside a group
+    args = (logits, bias, 4, 2, 3, True, 2.5)
+    w, e = torch.ops.day0.moe_route(*args)
+    ref_w, ref_e = ops.moe_route_reference(*args)
+    torch.testing.assert_close((w, e), (ref_w, ref_e))
+    assert w.shape == (5, 3) and e.dtype == torch.int64
+    chosen_groups = (e // 4).tolist()
+    assert all(len(set(row)) <= 2 for row in chosen_groups)  # within topk_group=2 groups
+    torch.testing.assert_close(w.sum(-1), torch.full((5,), 2.5))
 
 
 def test_keeping_does_not_leak_between_exports(demo_model):
@@ -55,7 +88,8 @@ def test_cuda_pipeline_with_the_indexer_kernel_compiles(tmp_path):
         BuildOptions(target="cuda-sm90", max_seq_len=64),
         progress=lambda *a: None,
     )
-    assert b"day0_indexer_scores_f32" in (tmp_path / "a" / "model.vmfb").read_bytes()
+    vmfb = (tmp_path / "a" / "model.vmfb").read_bytes()
+    assert b"day0_indexer_scores_f32" in vmfb and b"day0_moe_route" in vmfb
 
 
 def test_batched_decode_steps_keep_the_rows_form(demo_model):

@@ -240,3 +240,18 @@ def test_c_args():
     assert all(ctypes.sizeof(x) == 4 for x in a[1:])
     with pytest.raises(TypeError):
         cuda_launch.c_args([1.5])
+
+
+def test_moe_route_launches_are_the_pass_dispatches():
+    """The router piece launches what moe-route-to-cuda-kernel dispatches, for every router it
+    checks and token counts that fill the last CTA or not; each router is within the kernel's
+    limits."""
+    from day0.passes import moe_route_to_cuda_kernel as P
+
+    launches = gkt.all_launches()
+    for name, router in gkt.ROUTERS.items():
+        assert kg.moe_route_limits(*router[:4]) is None, name
+        assert launches[f"moe_route_{name}"] == gkt.moe_route_launch(64, *router)
+        for S in (1, 5, 64, 65):
+            (d,) = _dispatches(P.function_text(*router), {"%dim": S, "%s": S})
+            _same(gkt.moe_route_launch(S, *router), d)

@@ -1,7 +1,7 @@
 """Device time of each of day0's hand-written CUDA kernels alone, at the benchmark shapes (those of
 tools/bench/bench_gpu.py's `full` config), beside its bandwidth limit. GPU host with PyTorch:
 
-    python -m day0.tools.bench.gpu_kernel_times [PTX_DIR] [--json OUT] [--pieces indexer,dsa,moe,moe_gemm,topk]
+    python -m day0.tools.bench.gpu_kernel_times [PTX_DIR] [--json OUT] [--pieces indexer,dsa,moe,moe_gemm,topk,router]
 
 PTX_DIR holds the committed *.sm_90.ptx (default: this package's lowering/kernels/). Every
 kernel is launched through the CUDA driver (tools/bench/cuda_launch.py) with exactly the grid, buffers
@@ -39,6 +39,7 @@ Pieces:
            k = 8; down: T·k rows, k = 1): the pass's few-rows GEMM beside the 64-row GEMM and
            the matvec.
   topk     the radix top-k (k = 2048) over rows of T (tools/bench/gpu_topk_check.py's kernel timing).
+  router   day0::moe_route at ROUTERS' shapes against the op's reference (tools/bench/gpu_router_check.py).
 Limit: the bytes a launch must move (reads + writes) ÷ 4248 GB/s.
 """
 
@@ -121,6 +122,31 @@ def mxfp4_gemm_launch(T: int, k: int, E: int, N: int, K: int, kernel: str = "gem
     )
 
 
+def moe_route_launch(
+    S: int, E: int, groups: int, topk_group: int, top_k: int, normalize: bool, scaling: float
+) -> Launch:
+    """moe_route over logits [S, E], bias [E] -> weights [S, top_k], experts [S, top_k] (i64)."""
+    return Launch(
+        kg.MOE_ROUTE.ptx,
+        kg.MOE_ROUTE.entries[0].name,
+        kg.moe_route_grid(S),
+        ("logits", "bias", "weights", "experts"),
+        (S, E, groups, topk_group, top_k, int(normalize), kg.f32_bits(scaling)),
+    )
+
+
+# (E, groups, topk_group, top_k, normalize, scaling) of the routers the `router` piece checks: the
+# 4.9B benchmark model (transformers' default 8 groups, best 4), DeepSeek-V3.2's 256 experts, the
+# tiny parity config, one group (a plain top-k, Kimi-Linear's 384 experts), the kernel's limits
+ROUTERS = {
+    "bench": (64, 8, 4, 8, True, 2.5),
+    "deepseek": (256, 8, 4, 8, True, 2.5),
+    "tiny": (8, 4, 2, 3, True, 1.0),
+    "one_group": (384, 1, 1, 8, False, 2.446),
+    "limits": (1024, 32, 32, 32, True, 1.0),
+}
+
+
 def all_launches() -> dict[str, Launch]:
     """Every launch the benchmark makes at the pass's geometry (what the CPU test checks)."""
     out = {}
@@ -136,6 +162,8 @@ def all_launches() -> dict[str, Launch]:
     for name, (T, k, N, K) in {**moe_gemm_shapes(), **moe_batch_shapes()}.items():
         kernel = kg.mxfp4_kernel(True, T, k, PREFILL_MOE["E"])
         out[f"moe_gemm_{name}"] = mxfp4_gemm_launch(T, k, PREFILL_MOE["E"], N, K, kernel)
+    for name, router in ROUTERS.items():
+        out[f"moe_route_{name}"] = moe_route_launch(64, *router)
     return out
 
 
@@ -690,7 +718,7 @@ def _table(results: list[dict]) -> str:
             check = "exact" if r["correct"] else "WRONG"
         kernel = r["kernel"] + ("" if r.get("pass_grid", True) else " (other grid)")
         lines.append(
-            f"| {r['piece']} | {kernel} | {r.get('T', '')} | {r['grid']} | {r['us']} | {r['hot_us']} | "
+            f"| {r['piece']} | {kernel} | {r.get('T', r.get('S', ''))} | {r['grid']} | {r.get('us', '')} | {r.get('hot_us', '')} | "
             f"{r.get('limit_us', '')} | {r.get('limit_over_time', '')} | {check} |"
         )
     return "\n".join(lines)
@@ -700,7 +728,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="day0-gpu-kernel-times")
     p.add_argument("ptx_dir", nargs="?", default=str(Path(__file__).resolve().parents[2] / "lowering" / "kernels"))
     p.add_argument("--json", default=None)
-    p.add_argument("--pieces", default="indexer,dsa,moe,moe_gemm,topk")
+    p.add_argument("--pieces", default="indexer,dsa,moe,moe_gemm,topk,router")
     p.add_argument("--contexts", default=",".join(map(str, CONTEXTS)))
     a = p.parse_args(argv)
     import torch
@@ -721,6 +749,10 @@ def main(argv=None) -> int:
         torch.cuda.empty_cache()
     if "moe_gemm" in pieces:
         results += bench_moe_gemm(run)
+    if "router" in pieces:
+        from day0.tools.bench.gpu_router_check import check_routers
+
+        results += check_routers(run)
     if "topk" in pieces:
         for T in contexts:
             results.append(bench_topk(ptx_dir, T))
