@@ -1,7 +1,7 @@
 """Device time of each of day0's hand-written CUDA kernels alone, at the benchmark shapes (those of
 tools/bench/bench_gpu.py's `full` config), beside its bandwidth limit. GPU host with PyTorch:
 
-    python -m day0.tools.bench.gpu_kernel_times [PTX_DIR] [--json OUT] [--pieces indexer,dsa,moe,moe_gemm,topk,router]
+    python -m day0.tools.bench.gpu_kernel_times [PTX_DIR] [--json OUT] [--pieces indexer,dsa,moe,moe_gemm,topk]
 
 PTX_DIR holds the committed *.sm_90.ptx (default: this package's lowering/kernels/). Every
 kernel is launched through the CUDA driver (tools/bench/cuda_launch.py) with exactly the grid, buffers
@@ -39,7 +39,7 @@ Pieces:
            k = 8; down: T·k rows, k = 1): the pass's few-rows GEMM beside the 64-row GEMM and
            the matvec.
   topk     the radix top-k (k = 2048) over rows of T (tools/bench/gpu_topk_check.py's kernel timing).
-  router   day0::moe_route at ROUTERS' shapes against the op's reference (tools/bench/gpu_router_check.py).
+The router kernel (day0::moe_route, ROUTERS' shapes) has its own check: tools/bench/gpu_router_check.py.
 Limit: the bytes a launch must move (reads + writes) ÷ 4248 GB/s.
 """
 
@@ -728,7 +728,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="day0-gpu-kernel-times")
     p.add_argument("ptx_dir", nargs="?", default=str(Path(__file__).resolve().parents[2] / "lowering" / "kernels"))
     p.add_argument("--json", default=None)
-    p.add_argument("--pieces", default="indexer,dsa,moe,moe_gemm,topk,router")
+    p.add_argument("--pieces", default="indexer,dsa,moe,moe_gemm,topk")
     p.add_argument("--contexts", default=",".join(map(str, CONTEXTS)))
     a = p.parse_args(argv)
     import torch
@@ -749,10 +749,6 @@ def main(argv=None) -> int:
         torch.cuda.empty_cache()
     if "moe_gemm" in pieces:
         results += bench_moe_gemm(run)
-    if "router" in pieces:
-        from day0.tools.bench.gpu_router_check import check_routers
-
-        results += check_routers(run)
     if "topk" in pieces:
         for T in contexts:
             results.append(bench_topk(ptx_dir, T))

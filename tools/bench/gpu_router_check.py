@@ -5,12 +5,15 @@ kernel's rule, where torch.topk leaves them open) on the GPU, launched as the pa
 tokens: the same set of experts per token (the kernel writes them largest first, the reference in
 any order), weights within 1e-6 relative, on random logits and on logits with ties (repeated
 values inside and across groups, where the lower index must win), plus the kernel's device time
-at 64 tokens. The `router` piece of gpu_kernel_times; GPU host with PyTorch.
+at 64 tokens. GPU host with PyTorch:
+    python -m day0.tools.bench.gpu_router_check [PTX_DIR] [--json OUT]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+from pathlib import Path
 
 from day0.tools.bench.gpu_kernel_times import ROUTERS, Runner, _time, moe_route_launch
 
@@ -85,3 +88,20 @@ def check_router(run: Runner, name: str, S: int, ties: bool) -> dict:
 
 def check_routers(run: Runner) -> list[dict]:
     return [check_router(run, name, S, ties) for name in ROUTERS for S in (1, 5, 64) for ties in (False, True)]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="day0-gpu-router-check")
+    p.add_argument("ptx_dir", nargs="?", default=str(Path(__file__).resolve().parents[2] / "lowering" / "kernels"))
+    p.add_argument("--json", default=None)
+    a = p.parse_args(argv)
+    results = check_routers(Runner(Path(a.ptx_dir)))
+    if a.json:
+        Path(a.json).write_text(json.dumps(results, indent=2))
+    bad = [r for r in results if not r["ok"]]
+    print(f"{len(results) - len(bad)} of {len(results)} router cases agree with the reference")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
