@@ -166,6 +166,13 @@ def _(x: Tensor, packed: Tensor, scales: Tensor, experts: Tensor) -> Tensor:
 # --- DeepSeek's group-limited sigmoid routing (models/moe.py's Router), as one op.
 
 
+def one_hot_sum(indices: Tensor, n: int, values: Tensor | None = None) -> Tensor:
+    """out[s, j] = Σ_k values[s, k]·[indices[s, k] == j] (values default 1): a dense row per
+    token built by comparison rather than scatter, which IREE fuses into one elementwise op."""
+    hits = (indices[..., None] == torch.arange(n, dtype=indices.dtype)).float()  # [S, k, n]
+    return hits.sum(1) if values is None else (hits * values[..., None]).sum(1)
+
+
 def moe_route(
     logits: Tensor, bias: Tensor, groups: int, topk_group: int, top_k: int, normalize: bool, scaling: float
 ) -> tuple[Tensor, Tensor]:
@@ -194,8 +201,7 @@ def moe_route_reference(
     per_group = biased.view(-1, groups, experts_per_group)
     group_scores = per_group.topk(2, dim=-1, sorted=False).values.sum(-1)  # [S, G]
     chosen_groups = group_scores.topk(topk_group, dim=-1, sorted=False).indices
-    # 1.0 at the chosen groups: a comparison, not a scatter (IREE fuses it into one elementwise op)
-    group_mask = (chosen_groups[..., None] == torch.arange(groups, dtype=chosen_groups.dtype)).float().sum(1)
+    group_mask = one_hot_sum(chosen_groups, groups)  # [S, G] 1.0 at the chosen groups
     expert_mask = group_mask.repeat_interleave(experts_per_group, dim=1)
     # sorted=False throughout: every selection here is used as a set.
     experts = biased.masked_fill(expert_mask == 0, float("-inf")).topk(top_k, dim=-1, sorted=False).indices

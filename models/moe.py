@@ -10,15 +10,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import day0.frontend.ops  # noqa: F401  (registers torch.ops.day0.*)
-from day0.frontend.ops import moe_route
+from day0.frontend.ops import moe_route, one_hot_sum
 from day0.models.layers import MLP, swiglu
-
-
-def one_hot_sum(indices: Tensor, n: int, values: Tensor | None = None) -> Tensor:
-    """out[s, j] = Σ_k values[s, k]·[indices[s, k] == j] (values default 1): a dense row per
-    token built by comparison rather than scatter, which IREE fuses into one elementwise op."""
-    hits = (indices[..., None] == torch.arange(n, dtype=indices.dtype)).float()  # [S, k, n]
-    return hits.sum(1) if values is None else (hits * values[..., None]).sum(1)
 
 
 class Router(nn.Module):

@@ -135,7 +135,7 @@ def moe_route_launch(
     )
 
 
-# (E, groups, topk_group, top_k, normalize, scaling) of the routers the `router` piece checks: the
+# (E, groups, topk_group, top_k, normalize, scaling) of the routers tools/bench/gpu_router_check.py checks: the
 # 4.9B benchmark model (transformers' default 8 groups, best 4), DeepSeek-V3.2's 256 experts, the
 # tiny parity config, one group (a plain top-k, Kimi-Linear's 384 experts), the kernel's limits
 ROUTERS = {
