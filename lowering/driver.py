@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from day0.lowering.targets import DEFAULT_DSA_TILE
+from day0.runtime.tokenizer import TOKENIZER_FILES
 
 STAGES = ("read", "export", "passes", "compile", "publish")
 DEFAULT_MAX_SEQ_LEN = 4096
@@ -38,7 +39,7 @@ DEFAULT_MAX_SEQ_LEN = 4096
 MIN_MAX_SEQ_LEN = 4
 MAX_MAX_SEQ_LEN = 1 << 20
 # what day0 writes into an artifact directory (runtime/artifact.py; stages/: --dump-stages)
-ARTIFACT_FILES = ("manifest.json", "model.vmfb", "tokenizer.json", "stages")
+ARTIFACT_FILES = ("manifest.json", "model.vmfb", *TOKENIZER_FILES, "stages")
 
 # What each entry point takes and returns (the manifest's EntryPoint records; frontend/export.py
 # emits them). Every one also returns the greedy next token after the logits.
@@ -227,9 +228,9 @@ def compile_checkpoint(
         progress("compile", "done")
 
         progress("publish", "start")
-        tokenizer = checkpoint_dir / "tokenizer.json"
-        if tokenizer.exists():
-            shutil.copy(tokenizer, tmp / "tokenizer.json")
+        for name in TOKENIZER_FILES:
+            if (checkpoint_dir / name).exists():
+                shutil.copy(checkpoint_dir / name, tmp / name)
         manifest = Manifest(
             architecture=cfg.model_type,
             config=ckpt.config,

@@ -13,14 +13,19 @@ load: at most `max_running` sequences run at once (default: the largest compiled
 with a slot; the pools get `num_blocks` blocks, or as many as `memory_bytes` holds beside the
 slots, or by default enough for each running sequence to reach max_seq_len.
 
+Requests are of a kind, "text" or "image" (image-bearing: their prefill also runs the vision
+tower), and each kind waits in its own queue, so that neither kind stalls the other.
+
 One `step`:
- 1. Admission, in arrival order: a waiting request is admitted when the pool can reserve its
-    whole need (prompt + max_new_tokens - 1 positions) and a slot is free, so a running sequence
-    never waits for a block, and a request that could never fit is refused at `add` with the
-    numbers.
+ 1. Admission: a queue's head is admitted when the pool can reserve its whole need (prompt +
+    max_new_tokens - 1 positions) and a slot is free, so a running sequence never waits for a
+    block, and a request that could never fit is refused at `add` with the numbers. The older
+    head of the two queues goes first; a head that does not fit blocks its own queue only (FIFO
+    within a kind, so a large request is not starved by smaller ones behind it).
  2. One prompt chunk: the oldest admitted sequence still in its prompt runs its next chunk of at
-    most `chunk` tokens (`paged_prefill`; a 1-token remainder runs as a decode row). A long
-    prompt delays the running sequences by at most one chunk per step.
+    most `chunk` tokens (`paged_prefill`; a 1-token remainder runs as a decode row); when both
+    kinds have prompts to run, the kinds take turns step by step. A long prompt delays the
+    running sequences by at most one chunk per step.
  3. One decode step for every sequence past its prompt: one token each, in batches of the
     compiled sizes (`paged_decode_<B>`; rows beyond the batch point at the scratch block).
 Greedy requests take the device's next token (only ids are read back); the others sample on the
@@ -39,10 +44,12 @@ import numpy as np
 from day0.runtime.artifact import NON_FINITE_TOKEN, Manifest
 from day0.runtime.blocks import SCRATCH_BLOCK, BlockPool
 from day0.runtime.loading import open_artifact, token_ids
-from day0.runtime.sampling import make_rng, sample, validate_sampling
+from day0.runtime.sampling import logprobs, make_rng, sample, validate_sampling
 from day0.runtime.state_file import np_dtype
 
 SCRATCH_SLOT = 0  # the slot padding rows of a batched step use; never a sequence's
+KINDS = ("text", "image")  # request kinds, each with its own waiting queue
+MAX_LOGPROBS = 20  # the most alternatives a request may ask for per token
 
 
 class EngineError(ValueError):
@@ -52,11 +59,14 @@ class EngineError(ValueError):
 @dataclass
 class Progress:
     """What one step did for a request: the tokens it generated (in order), and why it finished
-    (None while it runs). With keep_logits, `logits` holds the rows it computed this step."""
+    (None while it runs). With keep_logits, `logits` holds the rows it computed this step. With
+    logprobs=N, `logprobs` holds one (chosen token's log-probability, [(id, log-probability)] of
+    the N most likely) per token in `tokens`."""
 
     tokens: list[int] = field(default_factory=list)
     finished: str | None = None
     logits: list[np.ndarray] = field(default_factory=list)
+    logprobs: list[tuple[float, list[tuple[int, float]]]] = field(default_factory=list)
 
 
 @dataclass
@@ -70,6 +80,8 @@ class _Sequence:
     stop: frozenset[int]
     keep_logits: bool
     rng: np.random.Generator
+    logprobs: int | None = None
+    kind: str = "text"
     slot: int = SCRATCH_SLOT  # its per-sequence state's slot, once admitted
     fed: int = 0  # tokens in the cache (prompt first, then generated ones)
     out: list[int] = field(default_factory=list)
@@ -78,6 +90,11 @@ class _Sequence:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0 or self.top_k == 1
+
+    @property
+    def needs_row(self) -> bool:
+        """Whether its logits row must come to the host (sampling, logits or logprobs)."""
+        return self.keep_logits or self.logprobs is not None or not self.greedy
 
     @property
     def need(self) -> int:
@@ -120,8 +137,9 @@ class Engine:
         self._prefill = vm.function("paged_prefill")
         self._decode = {b: vm.function(f"paged_decode_{b}") for b in self.layout.batch_sizes}
         self._ids = itertools.count()
-        self._waiting: list[_Sequence] = []
+        self._waiting: dict[str, list[_Sequence]] = {k: [] for k in KINDS}
         self._running: dict[int, _Sequence] = {}
+        self._last_prompt_kind = KINDS[-1]
 
     @classmethod
     def load(
@@ -155,13 +173,23 @@ class Engine:
         seed: int | None = None,
         stop: tuple[int, ...] | None = None,
         keep_logits: bool = False,
+        logprobs: int | None = None,
+        kind: str = "text",
     ) -> int:
         """Queue a request; returns its id. `stop`: token ids that end it (default: the model's
-        EOS ids; () for none). Refused (EngineError) when it could never run: longer than
-        max_seq_len, or more blocks than the whole pool."""
+        EOS ids; () for none). `logprobs`: report each new token's log-probability and the
+        `logprobs` most likely alternatives (0: the chosen token's only; None: nothing). `kind`:
+        "text" or "image", the queue it waits in. Refused (EngineError) when it could never run:
+        longer than max_seq_len, or more blocks than the whole pool."""
         validate_sampling(temperature, top_k, top_p)
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise EngineError(f"max_new_tokens must be an integer >= 1 (got {max_new_tokens!r})")
+        if logprobs is not None and (
+            isinstance(logprobs, bool) or not isinstance(logprobs, int) or not 0 <= logprobs <= MAX_LOGPROBS
+        ):
+            raise EngineError(f"logprobs must be an integer in [0, {MAX_LOGPROBS}] or None, got {logprobs!r}")
+        if kind not in KINDS:
+            raise EngineError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
         prompt = token_ids(ids, self.vocab_size, EngineError)
         seq = _Sequence(
             next(self._ids),
@@ -173,6 +201,8 @@ class Engine:
             frozenset(self.eos_token_ids if stop is None else stop),
             keep_logits,
             make_rng(seed),
+            logprobs,
+            kind,
         )
         if seq.need > self.max_seq_len:
             raise EngineError(
@@ -185,15 +215,16 @@ class Engine:
                 f"request needs {blocks} blocks of {self.layout.block_size} positions, more than the whole "
                 f"pool's {self.blocks.capacity} (load the Engine with more blocks)"
             )
-        self._waiting.append(seq)
+        self._waiting[kind].append(seq)
         return seq.id
 
     def abort(self, rid: int) -> bool:
         """Stop a waiting or running request and free its blocks; False if it is not known."""
-        for seq in self._waiting:
-            if seq.id == rid:
-                self._waiting.remove(seq)
-                return True
+        for queue in self._waiting.values():
+            for seq in queue:
+                if seq.id == rid:
+                    queue.remove(seq)
+                    return True
         if rid not in self._running:
             return False
         self._retire(rid)
@@ -202,7 +233,8 @@ class Engine:
     def counters(self) -> dict[str, int]:
         return {
             "running": len(self._running),
-            "waiting": len(self._waiting),
+            "waiting": sum(map(len, self._waiting.values())),
+            **{f"waiting_{k}": len(q) for k, q in self._waiting.items()},
             "blocks_used": self.blocks.used,
             "blocks_free": self.blocks.free,
             "slots_free": len(self._free_slots),
@@ -214,10 +246,10 @@ class Engine:
         seq = self._running.get(rid)
         if seq is not None:
             return "prompt" if seq.in_prompt else "decoding"
-        return "waiting" if any(s.id == rid for s in self._waiting) else None
+        return "waiting" if any(s.id == rid for q in self._waiting.values() for s in q) else None
 
     def has_work(self) -> bool:
-        return bool(self._running or self._waiting)
+        return bool(self._running or any(self._waiting.values()))
 
     # -- one step -------------------------------------------------------------------------------
     def step(self) -> dict[int, Progress]:
@@ -225,7 +257,7 @@ class Engine:
         request that moved did."""
         progress: dict[int, Progress] = {}
         self._admit()
-        prompt = next((s for s in self._running.values() if s.in_prompt), None)
+        prompt = self._next_prompt()
         if prompt is not None:
             self._run_prompt_chunk(prompt, progress)
         decoding = [s for s in self._running.values() if not s.in_prompt and s.finished is None and s is not prompt]
@@ -238,10 +270,26 @@ class Engine:
         return progress
 
     def _admit(self) -> None:
-        while self._waiting and self._free_slots and self.blocks.reserve(self._waiting[0].id, self._waiting[0].need):
-            seq = self._waiting.pop(0)
-            seq.slot = self._free_slots.pop()
-            self._running[seq.id] = seq
+        """Admit queue heads, the older first; a head that does not fit blocks its own queue only."""
+        heads = sorted((q for q in self._waiting.values() if q), key=lambda q: q[0].id)
+        for queue in heads:
+            while queue and self._free_slots and self.blocks.reserve(queue[0].id, queue[0].need):
+                seq = queue.pop(0)
+                seq.slot = self._free_slots.pop()
+                self._running[seq.id] = seq
+
+    def _next_prompt(self) -> _Sequence | None:
+        """The oldest sequence still in its prompt, of the other kind than last time if one is."""
+        first: dict[str, _Sequence] = {}
+        for s in self._running.values():
+            if s.in_prompt:
+                first.setdefault(s.kind, s)
+        if not first:
+            return None
+        turn = KINDS[(KINDS.index(self._last_prompt_kind) + 1) % len(KINDS)]
+        seq = first.get(turn) or next(iter(first.values()))
+        self._last_prompt_kind = seq.kind
+        return seq
 
     def _retire(self, rid: int) -> None:
         """Free a running sequence's blocks and slot (its slot's state is stale from now: the
@@ -267,7 +315,7 @@ class Engine:
         logits, nxt = self._call(self._prefill, ids, positions, table, np.array([seq.slot], dtype=np.int64))
         seq.fed += ids.size
         p = progress.setdefault(seq.id, Progress())
-        host = np.array(logits.to_host(), copy=True) if (seq.keep_logits or not seq.greedy) else None
+        host = np.array(logits.to_host(), copy=True) if seq.needs_row else None
         if seq.keep_logits:
             p.logits.extend(host)
         if not seq.in_prompt:
@@ -287,7 +335,7 @@ class Engine:
             tables[r, : len(rows[r])] = rows[r]
         logits, nxt = self._call(self._decode[size], ids, positions, tables, slots)
         tokens = np.asarray(nxt.to_host()).reshape(-1)
-        need_host = any(s.keep_logits or not s.greedy for s in seqs)
+        need_host = any(s.needs_row for s in seqs)
         host = np.array(logits.to_host(), copy=True) if need_host else None
         for r, s in enumerate(seqs):
             s.fed += 1
@@ -311,6 +359,8 @@ class Engine:
             return
         seq.out.append(token)
         p.tokens.append(token)
+        if seq.logprobs is not None:
+            p.logprobs.append(logprobs(row, token, seq.logprobs))
         if token in seq.stop:
             seq.finished = p.finished = "stop"
         elif len(seq.out) >= seq.max_new_tokens:

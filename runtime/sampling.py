@@ -89,3 +89,17 @@ def sample(
     cdf = np.cumsum(p)
     u = rng.random() * cdf[-1]
     return int(np.searchsorted(cdf, u, side="right"))
+
+
+def logprobs(logits: np.ndarray, token: int, top: int = 0) -> tuple[float, list[tuple[int, float]]]:
+    """log-softmax of the raw logits row (the model's distribution, before temperature or
+    filtering, as OpenAI-style APIs report it): the chosen `token`'s log-probability and the
+    `top` most likely (id, log-probability) pairs, most likely first (lower id among equals)."""
+    x = np.asarray(logits, dtype=np.float64)
+    m = x.max()
+    lp = x - (m + math.log(np.exp(x - m).sum()))
+    best = []
+    if top:
+        part = np.argpartition(-lp, min(top, lp.size) - 1)[:top]
+        best = [(int(i), float(lp[i])) for i in sorted(part, key=lambda i: (-lp[i], i))]
+    return float(lp[token]), best

@@ -15,6 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 
 TOKENIZER_FILE = "tokenizer.json"
+# what a checkpoint ships about its text that an artifact keeps (the compile step copies those that
+# exist): the tokenizer, its special tokens, the chat template
+TOKENIZER_FILES = (TOKENIZER_FILE, "tokenizer_config.json", "chat_template.jinja")
 REPLACEMENT = "\ufffd"
 
 

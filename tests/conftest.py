@@ -57,3 +57,17 @@ def reference(workdir):
         return cache[name]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def demo_engine_artifact(workdir) -> Path:
+    """The demo checkpoint (tokenizer and chat template included) compiled once for the Engine:
+    batched decode for up to 4 sequences, 256 positions; what `day0 serve` tests run."""
+    from day0.lowering.driver import BuildOptions, compile_checkpoint
+    from day0.tools.checkpoints.demo import ensure_demo_checkpoint
+
+    path = workdir / "artifact-demo-engine"
+    if not path.exists():
+        ckpt = ensure_demo_checkpoint(workdir / "demo-checkpoint")
+        compile_checkpoint(ckpt, path, BuildOptions(max_seq_len=256, max_batch=4), progress=lambda s, e: None)
+    return path

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from day0.runtime.artifact import ArtifactError
-from day0.runtime.engine import Engine, EngineError
+from day0.runtime.engine import Engine, EngineError, Progress
 from day0.runtime.session import Session
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -193,3 +193,69 @@ def test_inspect_names_the_blocks_and_the_slots(artifact):
     assert {s.kind for s in m.paged.slots} == {"kda_state", "conv_tail"}
     assert {p.kind for p in m.paged.pools} == {"mla_latent"}
     assert f"in {len(m.paged.slots)} slot tensors" in summary_text(art, m)
+
+
+def _drain(engine: Engine, out: dict | None = None) -> dict:
+    out = {} if out is None else out
+    while engine.has_work():
+        for r, prog in engine.step().items():
+            out.setdefault(r, []).extend(prog.tokens)
+    return out
+
+
+def test_text_and_image_requests_wait_in_queues_of_their_own(artifact):
+    """An image-bearing request that does not fit yet blocks its own queue only: a text request
+    behind it is admitted; within a kind the order is kept (a small request does not pass a large
+    one). The kind changes scheduling only: the tokens are each request's alone."""
+    engine = Engine.load(artifact("ds-sparse"), num_blocks=9, chunk=8)  # 8 blocks of 4 positions
+    big = engine.add(_ids(20, 1), max_new_tokens=5, stop=())  # 24 positions: 6 blocks
+    image = engine.add(_ids(9, 2), max_new_tokens=4, stop=(), kind="image")  # 3 blocks: not yet
+    text = engine.add(_ids(5, 3), max_new_tokens=4, stop=())  # 2 blocks: fits beside big
+    text_late = engine.add(_ids(9, 4), max_new_tokens=4, stop=())  # 3 blocks: waits, behind text
+    out = {r: list(p.tokens) for r, p in engine.step().items()}
+    assert engine.phase(image) == "waiting" and engine.phase(text) in ("prompt", "decoding")
+    assert engine.phase(text_late) == "waiting"
+    c = engine.counters()
+    assert (c["waiting_text"], c["waiting_image"], c["waiting"]) == (1, 1, 2)
+    out = _drain(engine, out)
+    for rid, (n, seed, new) in {big: (20, 1, 5), image: (9, 2, 4), text: (5, 3, 4), text_late: (9, 4, 4)}.items():
+        assert out[rid] == Session.load(artifact("ds-sparse")).generate(
+            _ids(n, seed), max_new_tokens=new, stop_at_eos=False
+        )
+    with pytest.raises(EngineError, match=r"kind must be one of text, image, got 'audio'"):
+        engine.add([1, 2], kind="audio")
+
+
+def test_prompt_chunks_of_the_two_kinds_take_turns(artifact):
+    """Two long prompts admitted together, a text one first: the steps alternate their chunks,
+    so an image request's long prefill does not hold a text prompt back for all its chunks."""
+    engine = Engine.load(artifact("ds-sparse"), chunk=8)
+    text = engine.add(_ids(24, 5), max_new_tokens=2, stop=(), keep_logits=True)
+    image = engine.add(_ids(24, 6), max_new_tokens=2, stop=(), keep_logits=True, kind="image")
+    order = []
+    while engine.phase(text) == "prompt" or engine.phase(image) == "prompt" or not order:
+        progress = engine.step()
+        order.append([k for k, r in (("text", text), ("image", image)) if len(progress.get(r, Progress()).logits) > 1])
+    assert order[:6] == [["text"], ["image"], ["text"], ["image"], ["text"], ["image"]]
+
+
+def test_logprobs_are_the_log_softmax_of_the_rows(artifact):
+    engine = Engine.load(artifact("ds-sparse"), chunk=8)
+    greedy = engine.add(_ids(10, 7), max_new_tokens=4, stop=(), keep_logits=True, logprobs=3)
+    sampled = engine.add(_ids(6, 8), max_new_tokens=4, stop=(), keep_logits=True, logprobs=0, temperature=0.8, seed=1)
+    rows, tokens, lps = {}, {}, {}
+    while engine.has_work():
+        for r, p in engine.step().items():
+            rows.setdefault(r, []).extend(p.logits)
+            tokens.setdefault(r, []).extend(p.tokens)
+            lps.setdefault(r, []).extend(p.logprobs)
+    for rid, top in ((greedy, 3), (sampled, 0)):
+        assert len(lps[rid]) == len(tokens[rid]) == 4
+        prompt_rows = len(rows[rid]) - 3  # the last prompt row gives the first token
+        for i, (token, (lp, best)) in enumerate(zip(tokens[rid], lps[rid])):
+            row = rows[rid][prompt_rows - 1 + i].astype(np.float64)
+            ref = row - np.log(np.exp(row - row.max()).sum()) - row.max()
+            assert abs(lp - ref[token]) < 1e-9
+            assert [t for t, _ in best] == np.argsort(-ref, kind="stable")[:top].tolist()
+    with pytest.raises(EngineError, match=r"logprobs must be an integer in \[0, 20\] or None, got 21"):
+        engine.add([1, 2], logprobs=21)

@@ -9,6 +9,9 @@
     tokenizer.json                             byte-level BPE: 256 byte tokens (id == byte value),
                                                <bos>=256, <eos>=257, a few English merges up to
                                                the model's vocab, so every model id decodes
+    tokenizer_config.json, chat_template.jinja  its special tokens and a chat template (`day0
+                                               serve`'s chat endpoint), by transformers'
+                                               save_pretrained
     .complete                                  marker, written last (see below)
 
 Later calls only check the marker. The weights are a pure function of the seed and the torch
@@ -47,7 +50,7 @@ from day0.runtime.files import make_readable
 from day0.tools.checkpoints.common import tiny_config, write_seeded
 
 # Bump when anything that changes the written bytes changes (config, tweaks, tokenizer).
-DEMO_VERSION = 1
+DEMO_VERSION = 2  # 2: tokenizer_config.json and a chat template
 DEMO_SEED = 0
 MARKER = ".complete"
 
@@ -97,6 +100,11 @@ INITS = {
 }
 
 BOS, EOS = "<bos>", "<eos>"
+# A plain role-tagged chat format: <bos><|user|>\nHello<eos>\n<|assistant|>\n
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}"
+    "{{ eos_token }}\n{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
 # Merges appended after the specials (ids 258...), each `prefix + last char` of an earlier
 # token; a space is the byte-level "Ġ". Only there so the tokenizer covers the model vocab.
 _MERGE_WORDS = [
@@ -219,8 +227,18 @@ def write_tiny_checkpoint(path, config, seed: int, max_shard_size=None, tokenize
     kwargs = {} if max_shard_size is None else {"max_shard_size": max_shard_size}
     path = write_seeded(path, "DeepseekV32ForCausalLM", config, seed, INITS, **kwargs)
     if tokenizer:
-        build_byte_tokenizer(config.vocab_size).save(str(path / "tokenizer.json"), pretty=True)
+        write_tokenizer(path, config.vocab_size)
     return path
+
+
+def write_tokenizer(path, vocab_size: int) -> None:
+    """tokenizer.json, tokenizer_config.json (bos/eos) and chat_template.jinja, as transformers'
+    save_pretrained writes them for a checkpoint."""
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast(tokenizer_object=build_byte_tokenizer(vocab_size), bos_token=BOS, eos_token=EOS)
+    tok.chat_template = CHAT_TEMPLATE
+    tok.save_pretrained(str(path))
 
 
 def _stamp() -> dict:

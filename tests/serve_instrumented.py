@@ -1,0 +1,40 @@
+"""`day0 serve` with two test instruments, started as its own process by tests/test_serve_faults.py:
+
+- every engine step first sleeps STEP_DELAY_S, so that a test can act while an answer is still
+  being generated (disconnect mid-answer, a full queue);
+- a request with seed FAULT_SEED raises inside its handler once its first tokens arrive: an
+  internal error in one request, which must stay that request's 500.
+
+Everything else is the real CLI and server.
+"""
+
+import sys
+import time
+
+from day0.runtime.engine import Engine
+from day0.tools import cli
+from day0.tools.serve import generate
+
+STEP_DELAY_S = 0.02
+FAULT_SEED = 666
+
+_step = Engine.step
+_advance = generate.Generation._advance
+
+
+def _slow_step(self):
+    time.sleep(STEP_DELAY_S)
+    return _step(self)
+
+
+def _faulty_advance(self, p):
+    if self.job.params.get("seed") == FAULT_SEED:
+        raise RuntimeError("injected fault")
+    return _advance(self, p)
+
+
+Engine.step = _slow_step
+generate.Generation._advance = _faulty_advance
+
+if __name__ == "__main__":
+    sys.exit(cli.main())

@@ -1,0 +1,385 @@
+"""`day0 serve`: the OpenAI-compatible HTTP service on the Engine (FastAPI + uvicorn).
+
+    POST /v1/completions        prompt as text or token ids; stream with SSE (sse-starlette)
+    POST /v1/chat/completions   messages through the checkpoint's chat template (tools/serve/chat.py)
+    GET  /v1/models             the one served model
+    GET  /health                200 once warm-up is done, 503 before
+    GET  /metrics               Prometheus (tools/serve/metrics.py)
+
+Every answer other than 200 is OpenAI's error object naming the field at fault (protocol.py); an
+exception while serving one request is a 500 for that request alone, logged with its request id
+and never shown to the client as a traceback. A client that goes away (a closed stream, or a
+closed connection while a non-streamed answer is computed) ends its engine request at once, which
+frees its blocks. The engine runs on its own thread (worker.py); the handlers only wait on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from sse_starlette import EventSourceResponse
+
+from day0.tools.serve.chat import ChatTemplateError
+from day0.tools.serve.generate import Generation, chat_logprobs, completion_logprobs, usage
+from day0.tools.serve.metrics import Metrics
+from day0.tools.serve.protocol import ApiError, ChatRequest, CompletionRequest, validation_error
+from day0.tools.serve.worker import EngineWorker, Job
+
+log = logging.getLogger("day0.server")
+DEFAULT_CHAT_MAX_TOKENS = 512  # a chat request without max_tokens: at most this many, within the context
+REQUEST_ID_HEADER = "x-request-id"
+
+
+@dataclass
+class ServeOptions:
+    model_name: str
+    max_waiting: int = 256
+    warmup: bool = True
+
+
+class Service:
+    """What the handlers share: the worker, the tokenizer and template, the metrics."""
+
+    def __init__(self, engine, tokenizer, chat_template, options: ServeOptions):
+        self.engine, self.tok, self.template, self.options = engine, tokenizer, chat_template, options
+        self.metrics = Metrics(options.model_name)
+        self.worker = EngineWorker(engine, self.metrics, options.max_waiting, warmup=options.warmup)
+        self.created = int(time.time())
+
+    # -- request -> job -----------------------------------------------------------------------
+    def check_model(self, model: str) -> None:
+        if model != self.options.model_name:
+            raise ApiError(
+                400,
+                f"model '{model}' is not served here (this server serves '{self.options.model_name}')",
+                "model",
+                "model_not_found",
+            )
+
+    def encode(self, text: str, param: str) -> list[int]:
+        if self.tok is None:
+            raise ApiError(400, "this artifact has no tokenizer: send the prompt as token ids", param)
+        return self.tok.encode(text)
+
+    def job(self, request_id: str, ids: list[int], req, max_tokens: int | None, param: str, logprobs: int | None):
+        limit, vocab = self.engine.max_seq_len, self.engine.vocab_size
+        if not ids:
+            raise ApiError(400, "the prompt is empty: it needs at least one token", param)
+        bad = next((i for i in ids if i >= vocab), None)
+        if bad is not None:
+            raise ApiError(400, f"token id {bad} is outside the vocabulary [0, {vocab})", param)
+        if len(ids) >= limit:
+            raise ApiError(
+                400,
+                f"the prompt is {len(ids)} tokens; the model's context is {limit} (room for at most "
+                f"{limit - 1} prompt tokens and one new token)",
+                param,
+            )
+        if max_tokens is None:
+            max_tokens = min(limit - len(ids), DEFAULT_CHAT_MAX_TOKENS)
+        elif len(ids) + max_tokens - 1 > limit:
+            raise ApiError(
+                400,
+                f"the prompt ({len(ids)} tokens) + max_tokens {max_tokens} needs {len(ids) + max_tokens - 1} "
+                f"positions, more than the model's context of {limit}: max_tokens may be at most "
+                f"{limit - len(ids) + 1}",
+                "max_tokens",
+            )
+        strings, stop_ids = req.stops()
+        stops = set(stop_ids) | (set() if req.ignore_eos else set(self.engine.eos_token_ids))
+        params = dict(
+            max_new_tokens=max_tokens,
+            temperature=float(req.temperature),
+            top_k=max(req.top_k, 0),
+            top_p=float(req.top_p),
+            seed=req.seed,
+            stop=tuple(sorted(stops)),
+            logprobs=logprobs,
+        )
+        return Job(request_id, ids, params), strings
+
+    async def start(self, job: Job, strings: list[str]) -> Generation:
+        arrival = time.perf_counter()
+        await self.worker.submit(job)
+        return Generation(self.worker, job, self.tok, self.metrics, strings, arrival)
+
+    def chat_prompt(self, req: ChatRequest) -> str:
+        if self.template is None:
+            raise ApiError(
+                400,
+                "this model's checkpoint ships no chat template: use /v1/completions",
+                "messages",
+                "no_chat_template",
+            )
+        messages = []
+        for i, m in enumerate(req.messages):
+            content = m.content
+            if isinstance(content, list):
+                if any(part.type == "image_url" for part in content):
+                    raise ApiError(
+                        400,
+                        "image inputs need an artifact with a vision tower; this one has none",
+                        f"messages.{i}.content",
+                        "images_not_supported",
+                    )
+                content = "".join(part.text for part in content)
+            messages.append({"role": m.role, "content": content or "", **({"name": m.name} if m.name else {})})
+        try:
+            return self.template.render(messages, add_generation_prompt=req.add_generation_prompt)
+        except ChatTemplateError as e:
+            raise ApiError(400, str(e), "messages") from None
+
+
+def create_app(engine, tokenizer, chat_template, options: ServeOptions) -> FastAPI:
+    svc = Service(engine, tokenizer, chat_template, options)
+
+    async def lifespan(app):
+        svc.worker.start(asyncio.get_running_loop())
+        yield
+        svc.worker.stop()
+
+    app = FastAPI(title="day0", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.service = svc
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, e: ApiError):
+        svc.metrics.errors.labels(status=str(e.status)).inc()
+        log.info("refused", extra={"request_id": _rid(request), "status": e.status, "error": e.message})
+        return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
+
+    @app.get("/health")
+    async def health():
+        if svc.worker.ready.is_set():
+            return {"status": "ok"}
+        return JSONResponse({"status": "warming up"}, status_code=503)
+
+    @app.get("/metrics")
+    async def metrics():
+        body, kind = svc.metrics.exposition()
+        return Response(body, media_type=kind)
+
+    @app.get("/v1/models")
+    async def models():
+        card = {
+            "id": options.model_name,
+            "object": "model",
+            "created": svc.created,
+            "owned_by": "day0",
+            "max_model_len": engine.max_seq_len,
+        }
+        return {"object": "list", "data": [card]}
+
+    @app.post("/v1/completions")
+    @_guarded
+    async def completions(request: Request):
+        req = await _body(request, CompletionRequest)
+        svc.check_model(req.model)
+        req.check_supported()
+        prompt = req.prompt_one()
+        ids = svc.encode(prompt, "prompt") if isinstance(prompt, str) else list(prompt)
+        job, strings = svc.job(_rid(request), ids, req, req.max_tokens, "prompt", req.logprobs)
+        gen = await svc.start(job, strings)
+        svc.metrics.prompt_tokens.inc(len(ids))
+        head = {"id": job.request_id, "object": "text_completion", "created": int(time.time()), "model": req.model}
+
+        def choice(delta, offset):
+            c = {"index": 0, "text": delta.text, "logprobs": None, "finish_reason": delta.finish_reason}
+            if req.logprobs is not None:
+                c["logprobs"] = completion_logprobs(gen, delta, offset)
+            if req.return_token_ids:
+                c["token_ids"] = delta.token_ids
+            return c
+
+        if req.stream:
+            return _sse(request, gen, req, ids, head, choice)
+        delta = await _collect(request, gen)
+        body = {**head, "choices": [choice(delta, 0)], "usage": usage(len(ids), len(gen.token_ids))}
+        if req.return_token_ids:
+            body["prompt_token_ids"] = ids
+        return body
+
+    @app.post("/v1/chat/completions")
+    @_guarded
+    async def chat(request: Request):
+        req = await _body(request, ChatRequest)
+        svc.check_model(req.model)
+        req.check_supported()
+        ids = svc.encode(svc.chat_prompt(req), "messages")
+        top = (req.top_logprobs or 0) if req.logprobs else None
+        job, strings = svc.job(_rid(request), ids, req, req.limit(), "messages", top)
+        gen = await svc.start(job, strings)
+        svc.metrics.prompt_tokens.inc(len(ids))
+        head = {"id": job.request_id, "object": "chat.completion", "created": int(time.time()), "model": req.model}
+
+        def choice(delta, offset, streaming=False):
+            c = {"index": 0, "logprobs": chat_logprobs(gen, delta) if req.logprobs else None}
+            c["delta" if streaming else "message"] = (
+                {"content": delta.text} if streaming else {"role": "assistant", "content": delta.text}
+            )
+            c["finish_reason"] = delta.finish_reason
+            if req.return_token_ids:
+                c["token_ids"] = delta.token_ids
+            return c
+
+        if req.stream:
+            head["object"] = "chat.completion.chunk"
+            opening = {
+                "index": 0,
+                "delta": {"role": "assistant", "content": ""},
+                "logprobs": None,
+                "finish_reason": None,
+            }
+            return _sse(request, gen, req, ids, head, lambda d, off: choice(d, off, streaming=True), opening)
+        delta = await _collect(request, gen)
+        body = {**head, "choices": [choice(delta, 0)], "usage": usage(len(ids), len(gen.token_ids))}
+        if req.return_token_ids:
+            body["prompt_token_ids"] = ids
+        return body
+
+    app.add_middleware(RequestIdMiddleware)
+    return app
+
+
+async def _body(request: Request, model):
+    from pydantic import ValidationError
+
+    raw = await request.body()
+    try:
+        obj = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ApiError(400, f"the request body is not valid JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise ApiError(400, f"the request body must be a JSON object, got {type(obj).__name__}")
+    try:
+        return model.model_validate(obj)
+    except ValidationError as e:
+        raise validation_error(e.errors()) from None
+
+
+async def _collect(request: Request, gen: Generation):
+    """The whole answer as one Delta; a client that closes its connection meanwhile ends it."""
+    from day0.tools.serve.generate import Delta
+
+    async def gather():
+        out = Delta("", [], [])
+        async for d in gen.deltas():
+            out.text += d.text
+            out.token_ids += d.token_ids
+            out.logprobs += d.logprobs
+            out.finish_reason = d.finish_reason
+        return out
+
+    async def disconnected():
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    work, watch = asyncio.ensure_future(gather()), asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+        if not work.done():
+            work.cancel()
+            gen.close()
+    if not work.done() or work.cancelled():
+        log.info("client went away", extra={"request_id": gen.job.request_id})
+        return Response(status_code=499)
+    return work.result()
+
+
+def _sse(request: Request, gen: Generation, req, ids, head: dict, choice, opening=None) -> EventSourceResponse:
+    """The answer as server-sent events: a chunk a step that added something (text, a finish
+    reason, log-probabilities or token ids when asked for), the usage chunk when asked for, then
+    `data: [DONE]`. An error after the stream began is one `data: {"error": ...}` event."""
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+
+    async def events():
+        offset = 0
+        try:
+            if opening is not None:
+                yield {"data": json.dumps({**head, "choices": [opening]})}
+            async for delta in gen.deltas():
+                extra = delta.logprobs or (req.return_token_ids and delta.token_ids)
+                if not (delta.text or delta.finish_reason or extra):
+                    continue
+                yield {"data": json.dumps({**head, "choices": [choice(delta, offset)]})}
+                offset += len(delta.text)
+            if include_usage:
+                yield {"data": json.dumps({**head, "choices": [], "usage": usage(len(ids), len(gen.token_ids))})}
+        except ApiError as e:
+            yield {"data": json.dumps(e.body())}
+        except Exception:
+            log.exception("internal error while streaming", extra={"request_id": gen.job.request_id})
+            yield {"data": json.dumps(ApiError(500, f"internal error (request {gen.job.request_id})").body())}
+        finally:
+            gen.close()
+        yield {"data": "[DONE]"}
+
+    return EventSourceResponse(events(), ping=15, headers={"X-Request-Id": gen.job.request_id})
+
+
+def _guarded(handler):
+    """An unexpected exception in a handler: logged with the request id and its traceback, and
+    answered as a 500 for that request alone (no traceback to the client)."""
+
+    @functools.wraps(handler)
+    async def run(request: Request):
+        try:
+            return await handler(request)
+        except (ApiError, asyncio.CancelledError):
+            raise
+        except Exception:
+            log.exception("internal error", extra={"request_id": _rid(request)})
+            raise ApiError(500, f"internal error (request {_rid(request)})", code="internal_error") from None
+
+    return run
+
+
+def _rid(request: Request) -> str:
+    return request.scope.get("state", {}).get("request_id", "-")
+
+
+class RequestIdMiddleware:
+    """Gives every request an id (the client's X-Request-Id, or a new one), returns it as a
+    header, and writes one access line with it when the response is done (pure ASGI, so that
+    streaming and disconnects pass through untouched)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        given = dict(scope.get("headers", [])).get(REQUEST_ID_HEADER.encode())
+        rid = given.decode("latin-1")[:128] if given else f"cmpl-{uuid.uuid4().hex}"
+        scope.setdefault("state", {})["request_id"] = rid
+        t0, status = time.perf_counter(), [0]
+
+        async def send_with_id(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+                headers = [h for h in message.get("headers", []) if h[0].lower() != REQUEST_ID_HEADER.encode()]
+                message = {**message, "headers": [*headers, (REQUEST_ID_HEADER.encode(), rid.encode("latin-1"))]}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            log.info(
+                "access",
+                extra={
+                    "request_id": rid,
+                    "method": scope["method"],
+                    "path": scope["path"],
+                    "status": status[0],
+                    "seconds": round(time.perf_counter() - t0, 4),
+                },
+            )

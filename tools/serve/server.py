@@ -1,0 +1,92 @@
+"""`day0 serve ARTIFACT_DIR`: load the artifact into an Engine, then serve it over HTTP.
+
+Everything that can be wrong with the artifact or the options (a missing file, a device the
+artifact was not compiled for, a pool too small for one block) is found before the port is
+bound, and `day0 serve` exits with one line naming it. Then uvicorn serves the app (app.py);
+warm-up runs on the engine thread and /health turns 200 when it is done. SIGINT or SIGTERM stop
+the server gracefully: it stops accepting connections, lets running answers finish for up to
+`graceful_s` seconds, then stops the engine thread.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger("day0.runtime")
+
+
+@dataclass
+class ServeConfig:
+    artifact: Path
+    host: str = "127.0.0.1"
+    port: int = 8000
+    device: str | None = None
+    max_batch: int | None = None  # sequences running at once (default: the artifact's largest batch)
+    kv_memory: int | None = None  # bytes for the cache pools (default: every sequence to max_seq_len)
+    num_blocks: int | None = None
+    prefill_chunk: int = 64
+    max_waiting: int = 256
+    model_name: str | None = None
+    checkpoint_dir: Path | None = None
+    warmup: bool = True
+    graceful_s: float = 30.0
+
+
+def load_service(cfg: ServeConfig):
+    """(engine, tokenizer, chat template, model name); user errors raise the runtime's exceptions."""
+    from day0.runtime.engine import Engine
+    from day0.runtime.tokenizer import load_tokenizer
+    from day0.tools.serve.chat import load_chat_template
+
+    if cfg.max_waiting < 1:
+        raise ValueError(f"--max-queue must be >= 1 (got {cfg.max_waiting})")
+    engine = Engine.load(
+        cfg.artifact,
+        device=cfg.device,
+        num_blocks=cfg.num_blocks,
+        memory_bytes=cfg.kv_memory,
+        chunk=cfg.prefill_chunk,
+        checkpoint_dir=cfg.checkpoint_dir,
+        max_running=cfg.max_batch,
+    )
+    tokenizer = load_tokenizer(cfg.artifact)
+    template = load_chat_template(cfg.artifact)
+    name = cfg.model_name or Path(cfg.artifact).resolve().name
+    c = engine.counters()
+    log.info(
+        "loaded",
+        extra={
+            "artifact": str(cfg.artifact),
+            "model": name,
+            "architecture": engine.manifest.architecture,
+            "target": engine.manifest.target,
+            "max_seq_len": engine.max_seq_len,
+            "max_running": engine.max_running,
+            "blocks": c["blocks_free"],
+            "block_size": engine.layout.block_size,
+            "tokenizer": tokenizer is not None,
+            "chat_template": template is not None,
+        },
+    )
+    return engine, tokenizer, template, name
+
+
+def serve(cfg: ServeConfig) -> None:
+    import uvicorn
+
+    from day0.tools.serve.app import ServeOptions, create_app
+
+    engine, tokenizer, template, name = load_service(cfg)
+    app = create_app(engine, tokenizer, template, ServeOptions(name, cfg.max_waiting, cfg.warmup))
+    config = uvicorn.Config(
+        app,
+        host=cfg.host,
+        port=cfg.port,
+        log_config=None,  # logs.setup configured the loggers
+        access_log=False,  # app.py writes one access line per request, with its id
+        timeout_graceful_shutdown=cfg.graceful_s,
+    )
+    server = uvicorn.Server(config)
+    server.run()
