@@ -5,7 +5,7 @@ VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 DEMO    ?= .cache/demo
 
-.PHONY: install demo test lint format test-lit bench bench-gpu bench-gpu-plot clean
+.PHONY: install demo test lint format test-lit bench bench-serve bench-gpu bench-gpu-plot clean
 
 install: $(STAMP)
 
@@ -41,6 +41,10 @@ bench: install
 	$(VPY) -m day0.tools.bench.bench_mxfp4 --json .cache/bench/mxfp4.json
 	$(VPY) -m day0.tools.bench.bench_memory --workdir .cache/bench-memory
 	$(VPY) -m day0.tools.bench.bench_glm5 --workdir .cache/bench-glm5
+
+# day0 serve against the Engine alone, at concurrency 1, 8 and 32 (docs/perf.md, 'day0 serve')
+bench-serve: install
+	$(VPY) -m day0.tools.bench.bench_serve --workdir .cache/bench-serve
 
 # The GPU benchmark package: compiled here, run on a GPU host with PyTorch and no IREE compiler
 # (HOST_PY: the host's Python, for the runtime and transformers wheels; the e2e piece's oracle). Then: sh $(BENCH_GPU)/run.sh on the host,

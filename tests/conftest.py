@@ -60,14 +60,25 @@ def reference(workdir):
 
 
 @pytest.fixture(scope="session")
-def demo_engine_artifact(workdir) -> Path:
-    """The demo checkpoint (tokenizer and chat template included) compiled once for the Engine:
-    batched decode for up to 4 sequences, 256 positions; what `day0 serve` tests run."""
-    from day0.lowering.driver import BuildOptions, compile_checkpoint
+def demo_cli(workdir):
+    """The demo checkpoint compiled once through the CLI, as a user would: `day0 compile CKPT -o ART
+    --max-seq-len 128 --max-batch 4 --dump-stages` (dense and paged entry points, batched decode
+    for up to 4 sequences). (checkpoint, artifact, the compile's CompletedProcess); test_cli reads
+    its output and stages, the server tests serve it."""
+    import subprocess
+
     from day0.tools.checkpoints.demo import ensure_demo_checkpoint
 
-    path = workdir / "artifact-demo-engine"
-    if not path.exists():
-        ckpt = ensure_demo_checkpoint(workdir / "demo-checkpoint")
-        compile_checkpoint(ckpt, path, BuildOptions(max_seq_len=256, max_batch=4), progress=lambda s, e: None)
-    return path
+    ckpt, art = ensure_demo_checkpoint(workdir / "demo-checkpoint"), workdir / "artifact-demo"
+    day0 = str(Path(sys.executable).parent / "day0")
+    args = [day0, "compile", str(ckpt), "-o", str(art), "--max-seq-len", "128", "--max-batch", "4", "--dump-stages"]
+    r = subprocess.run(args, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return ckpt, art, r
+
+
+@pytest.fixture(scope="session")
+def demo_engine_artifact(demo_cli) -> Path:
+    """The demo artifact (tokenizer and chat template included, 128 positions, batched decode for
+    up to 4 sequences) that `day0 serve` tests run."""
+    return demo_cli[1]

@@ -19,13 +19,9 @@ def run(*args, check=True):
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    from day0.tools.checkpoints.demo import ensure_demo_checkpoint
-
-    work = tmp_path_factory.mktemp("demo")
-    ckpt = ensure_demo_checkpoint(work / "checkpoint")
-    r = run("compile", ckpt, "-o", work / "artifact", "--max-seq-len", "128", "--dump-stages")
-    return ckpt, work / "artifact", r
+def demo(demo_cli):
+    """(checkpoint, artifact, compile output): conftest's demo_cli, compiled once a run."""
+    return demo_cli
 
 
 def test_compile_shows_stages_and_dumps_ir(demo):

@@ -1,5 +1,5 @@
 """`day0 serve` as its clients see it: a real server process on 127.0.0.1 (the demo checkpoint,
-compiled once for the Engine), driven by the `openai` package, `curl` and plain HTTP.
+compiled once a run for the Engine, 128 positions), driven by the `openai` package, `curl` and plain HTTP.
 
 At temperature 0 a served answer is Session.generate's tokens for the same prompt; chat prompts
 are transformers' own rendering of the checkpoint's chat template; streams concatenate to the
@@ -10,7 +10,6 @@ Faults, disconnects and overload: tests/test_serve_faults.py."""
 import asyncio
 import json
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -20,9 +19,7 @@ import pytest
 
 from day0.runtime.session import Session
 from day0.runtime.tokenizer import load_tokenizer
-
-sys.path.insert(0, str(Path(__file__).parent))
-from serve_process import MODEL, ServerProcess, get, post  # noqa: E402
+from day0.tools.serve.process import MODEL, ServerProcess, get, post
 
 PROMPTS = ["Day-0 adaptation: ", "The quick brown fox", "A sparse attention model reads", "Paged caches"]
 GREEDY = {"temperature": 0, "extra_body": {"ignore_eos": True, "return_token_ids": True}}
@@ -192,8 +189,8 @@ BAD = [
     ({"model": MODEL, "prompt": "x", "max_tokens": "5"}, "max_tokens", "valid integer"),
     ({"model": "gpt-9", "prompt": "x"}, "model", "not served here"),
     ({"model": MODEL}, "prompt", "required"),
-    ({"model": MODEL, "prompt": "x" * 300}, "prompt", "the model's context is 256"),
-    ({"model": MODEL, "prompt": "hi", "max_tokens": 300}, "max_tokens", "max_tokens may be at most"),
+    ({"model": MODEL, "prompt": "x" * 200}, "prompt", "the model's context is 128"),
+    ({"model": MODEL, "prompt": "hi", "max_tokens": 200}, "max_tokens", "max_tokens may be at most"),
     ({"model": MODEL, "prompt": [1, 999]}, "prompt", "token id 999 is outside the vocabulary [0, 320)"),
     ({"model": MODEL, "prompt": "hi", "temperature": -1}, "temperature", "greater than or equal to 0"),
     ({"model": MODEL, "prompt": "hi", "top_p": 1.5}, "top_p", "less than or equal to 1"),

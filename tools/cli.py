@@ -199,7 +199,6 @@ def cmd_demo(a) -> int:
 
 def cmd_serve(a) -> int:
     """Serve an artifact compiled with --max-batch over OpenAI's HTTP API (tools/serve/)."""
-    from day0.runtime.artifact import ArtifactError, WeightsError
     from day0.tools.serve import logs
     from day0.tools.serve.server import ServeConfig, serve
 
@@ -220,10 +219,7 @@ def cmd_serve(a) -> int:
         checkpoint_dir=a.checkpoint_dir,
         warmup=not a.no_warmup,
     )
-    try:
-        serve(cfg)
-    except WeightsError as e:
-        raise ArtifactError(_moved_hint(e, a)) from None
+    serve(cfg)
     return 0
 
 

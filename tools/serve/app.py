@@ -23,15 +23,15 @@ import time
 import uuid
 from dataclasses import dataclass
 
+import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
 
 from day0.tools.serve.chat import ChatTemplateError
 from day0.tools.serve.generate import Generation, chat_logprobs, completion_logprobs, usage
-from day0.tools.serve.metrics import Metrics
 from day0.tools.serve.protocol import ApiError, ChatRequest, CompletionRequest, validation_error
-from day0.tools.serve.worker import EngineWorker, Job
+from day0.tools.serve.worker import Job
 
 log = logging.getLogger("day0.server")
 DEFAULT_CHAT_MAX_TOKENS = 512  # a chat request without max_tokens: at most this many, within the context
@@ -42,16 +42,16 @@ REQUEST_ID_HEADER = "x-request-id"
 class ServeOptions:
     model_name: str
     max_waiting: int = 256
-    warmup: bool = True
+    graceful_s: float = 30.0  # on SIGTERM, how long running streams may go on (uvicorn's own limit)
 
 
 class Service:
-    """What the handlers share: the worker, the tokenizer and template, the metrics."""
+    """What the handlers share: the engine worker, the tokenizer and template, the metrics."""
 
-    def __init__(self, engine, tokenizer, chat_template, options: ServeOptions):
-        self.engine, self.tok, self.template, self.options = engine, tokenizer, chat_template, options
-        self.metrics = Metrics(options.model_name)
-        self.worker = EngineWorker(engine, self.metrics, options.max_waiting, warmup=options.warmup)
+    def __init__(self, worker, tokenizer, chat_template, options: ServeOptions):
+        self.worker, self.tok, self.template, self.options = worker, tokenizer, chat_template, options
+        self.engine = worker.info  # max_seq_len, vocab_size, eos_token_ids, ...
+        self.metrics = worker.metrics
         self.created = int(time.time())
 
     # -- request -> job -----------------------------------------------------------------------
@@ -138,8 +138,9 @@ class Service:
             raise ApiError(400, str(e), "messages") from None
 
 
-def create_app(engine, tokenizer, chat_template, options: ServeOptions) -> FastAPI:
-    svc = Service(engine, tokenizer, chat_template, options)
+def create_app(worker, tokenizer, chat_template, options: ServeOptions) -> FastAPI:
+    """The app over a started EngineWorker (worker.py)."""
+    svc = Service(worker, tokenizer, chat_template, options)
 
     async def lifespan(app):
         svc.worker.start(asyncio.get_running_loop())
@@ -157,7 +158,9 @@ def create_app(engine, tokenizer, chat_template, options: ServeOptions) -> FastA
 
     @app.get("/health")
     async def health():
-        if svc.worker.ready.is_set():
+        if svc.worker.dead:
+            return JSONResponse({"status": "engine stopped"}, status_code=503)
+        if svc.worker.ready:
             return {"status": "ok"}
         return JSONResponse({"status": "warming up"}, status_code=503)
 
@@ -173,7 +176,7 @@ def create_app(engine, tokenizer, chat_template, options: ServeOptions) -> FastA
             "object": "model",
             "created": svc.created,
             "owned_by": "day0",
-            "max_model_len": engine.max_seq_len,
+            "max_model_len": svc.engine.max_seq_len,
         }
         return {"object": "list", "data": [card]}
 
@@ -199,7 +202,7 @@ def create_app(engine, tokenizer, chat_template, options: ServeOptions) -> FastA
             return c
 
         if req.stream:
-            return _sse(request, gen, req, ids, head, choice)
+            return _sse(options, gen, req, ids, head, choice)
         delta = await _collect(request, gen)
         body = {**head, "choices": [choice(delta, 0)], "usage": usage(len(ids), len(gen.token_ids))}
         if req.return_token_ids:
@@ -237,7 +240,7 @@ def create_app(engine, tokenizer, chat_template, options: ServeOptions) -> FastA
                 "logprobs": None,
                 "finish_reason": None,
             }
-            return _sse(request, gen, req, ids, head, lambda d, off: choice(d, off, streaming=True), opening)
+            return _sse(options, gen, req, ids, head, lambda d, off: choice(d, off, streaming=True), opening)
         delta = await _collect(request, gen)
         body = {**head, "choices": [choice(delta, 0)], "usage": usage(len(ids), len(gen.token_ids))}
         if req.return_token_ids:
@@ -295,10 +298,12 @@ async def _collect(request: Request, gen: Generation):
     return work.result()
 
 
-def _sse(request: Request, gen: Generation, req, ids, head: dict, choice, opening=None) -> EventSourceResponse:
+def _sse(options: ServeOptions, gen: Generation, req, ids, head: dict, choice, opening=None) -> EventSourceResponse:
     """The answer as server-sent events: a chunk a step that added something (text, a finish
     reason, log-probabilities or token ids when asked for), the usage chunk when asked for, then
-    `data: [DONE]`. An error after the stream began is one `data: {"error": ...}` event."""
+    `data: [DONE]`. An error after the stream began is one `data: {"error": ...}` event. On
+    SIGTERM a running stream goes on to its end, within the graceful-shutdown period (a stream
+    still running then is cut, and its request aborted)."""
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
 
     async def events():
@@ -323,7 +328,13 @@ def _sse(request: Request, gen: Generation, req, ids, head: dict, choice, openin
             gen.close()
         yield {"data": "[DONE]"}
 
-    return EventSourceResponse(events(), ping=15, headers={"X-Request-Id": gen.job.request_id})
+    return EventSourceResponse(
+        events(),
+        ping=15,
+        headers={"X-Request-Id": gen.job.request_id},
+        shutdown_event=anyio.Event(),  # we finish the answer instead of watching for it
+        shutdown_grace_period=max(options.graceful_s - 1, 0),
+    )
 
 
 def _guarded(handler):

@@ -2,8 +2,9 @@
 
 Everything that can be wrong with the artifact or the options (a missing file, a device the
 artifact was not compiled for, a pool too small for one block) is found before the port is
-bound, and `day0 serve` exits with one line naming it. Then uvicorn serves the app (app.py);
-warm-up runs on the engine thread and /health turns 200 when it is done. SIGINT or SIGTERM stop
+bound, and `day0 serve` exits with one line naming it. The Engine runs in a process of its own
+(worker.py); uvicorn serves the app (app.py) in this one. Warm-up runs in the engine process and
+/health turns 200 when it is done. SIGINT or SIGTERM stop
 the server gracefully: it stops accepting connections, lets running answers finish for up to
 `graceful_s` seconds, then stops the engine thread.
 """
@@ -35,15 +36,18 @@ class ServeConfig:
 
 
 def load_service(cfg: ServeConfig):
-    """(engine, tokenizer, chat template, model name); user errors raise the runtime's exceptions."""
-    from day0.runtime.engine import Engine
+    """(engine worker, tokenizer, chat template, model name): the engine process forked and its
+    artifact loaded first (ServeError naming what is wrong), before this process starts a thread."""
     from day0.runtime.tokenizer import load_tokenizer
     from day0.tools.serve.chat import load_chat_template
+    from day0.tools.serve.metrics import Metrics
+    from day0.tools.serve.worker import EngineWorker
 
     if cfg.max_waiting < 1:
         raise ValueError(f"--max-queue must be >= 1 (got {cfg.max_waiting})")
-    engine = Engine.load(
-        cfg.artifact,
+    name = cfg.model_name or Path(cfg.artifact).resolve().name
+    engine_args = dict(
+        artifact_dir=cfg.artifact,
         device=cfg.device,
         num_blocks=cfg.num_blocks,
         memory_bytes=cfg.kv_memory,
@@ -51,26 +55,30 @@ def load_service(cfg: ServeConfig):
         checkpoint_dir=cfg.checkpoint_dir,
         max_running=cfg.max_batch,
     )
-    tokenizer = load_tokenizer(cfg.artifact)
-    template = load_chat_template(cfg.artifact)
-    name = cfg.model_name or Path(cfg.artifact).resolve().name
-    c = engine.counters()
+    worker = EngineWorker(engine_args, Metrics(name), cfg.max_waiting, cfg.warmup)
+    try:
+        tokenizer = load_tokenizer(cfg.artifact)
+        template = load_chat_template(cfg.artifact)
+    except Exception:
+        worker.stop()
+        raise
+    info = worker.info
     log.info(
         "loaded",
         extra={
             "artifact": str(cfg.artifact),
             "model": name,
-            "architecture": engine.manifest.architecture,
-            "target": engine.manifest.target,
-            "max_seq_len": engine.max_seq_len,
-            "max_running": engine.max_running,
-            "blocks": c["blocks_free"],
-            "block_size": engine.layout.block_size,
+            "architecture": info.architecture,
+            "target": info.target,
+            "max_seq_len": info.max_seq_len,
+            "max_running": info.max_running,
+            "blocks": info.blocks,
+            "block_size": info.block_size,
             "tokenizer": tokenizer is not None,
             "chat_template": template is not None,
         },
     )
-    return engine, tokenizer, template, name
+    return worker, tokenizer, template, name
 
 
 def serve(cfg: ServeConfig) -> None:
@@ -78,15 +86,17 @@ def serve(cfg: ServeConfig) -> None:
 
     from day0.tools.serve.app import ServeOptions, create_app
 
-    engine, tokenizer, template, name = load_service(cfg)
-    app = create_app(engine, tokenizer, template, ServeOptions(name, cfg.max_waiting, cfg.warmup))
-    config = uvicorn.Config(
-        app,
-        host=cfg.host,
-        port=cfg.port,
-        log_config=None,  # logs.setup configured the loggers
-        access_log=False,  # app.py writes one access line per request, with its id
-        timeout_graceful_shutdown=cfg.graceful_s,
-    )
-    server = uvicorn.Server(config)
-    server.run()
+    worker, tokenizer, template, name = load_service(cfg)
+    try:
+        app = create_app(worker, tokenizer, template, ServeOptions(name, cfg.max_waiting, cfg.graceful_s))
+        config = uvicorn.Config(
+            app,
+            host=cfg.host,
+            port=cfg.port,
+            log_config=None,  # logs.setup configured the loggers
+            access_log=False,  # app.py writes one access line per request, with its id
+            timeout_graceful_shutdown=cfg.graceful_s,
+        )
+        uvicorn.Server(config).run()
+    finally:
+        worker.stop()

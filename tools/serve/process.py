@@ -1,8 +1,9 @@
-"""A real `day0 serve` process on 127.0.0.1 for the server tests, and plain HTTP helpers.
+"""A `day0 serve` process on 127.0.0.1, as the server tests and `make bench-serve` start it, and
+plain HTTP helpers (urllib).
 
 `ServerProcess` starts `python -m day0.tools.cli serve ARTIFACT --port P ...` (or another launcher
-module that ends in the same CLI), waits for /health to say ready, and stops it with SIGTERM; its
-JSON log lines are kept in a file the tests can read. Every wait is bounded.
+module that ends in the same CLI, found on `path`), waits for /health to say ready, and stops it
+with SIGTERM; its JSON log lines are kept in a file that can be read back. Every wait is bounded.
 """
 
 import json
@@ -28,12 +29,13 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    def __init__(self, artifact: Path, log_path: Path, *args: str, module: str = "day0.tools.cli"):
+    def __init__(self, artifact: Path, log_path: Path, *args: str, module: str = "day0.tools.cli", path=()):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         cmd = [sys.executable, "-m", module, "serve", str(artifact), "--port", str(self.port), "--model-name", MODEL]
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        pythonpath = os.pathsep.join([*map(str, path), *filter(None, [os.environ.get("PYTHONPATH")])])
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": pythonpath}
         self._log = open(log_path, "w")  # noqa: SIM115 (the server writes it until close())
         self.proc = subprocess.Popen([*cmd, *args], stdout=self._log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + START_TIMEOUT_S
