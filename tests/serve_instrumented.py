@@ -5,14 +5,14 @@
 - a request with seed FAULT_SEED raises inside its handler once its first tokens arrive: an
   internal error in one request, which must stay that request's 500.
 
-Everything else is the real CLI and server.
+Everything else is the real server (`python -m day0.tools.serve`).
 """
 
 import sys
 import time
 
 from day0.runtime.engine import Engine
-from day0.tools import cli
+from day0.tools.serve import __main__ as serve_main
 from day0.tools.serve import generate
 
 STEP_DELAY_S = 0.02
@@ -37,4 +37,4 @@ Engine.step = _slow_step
 generate.Generation._advance = _faulty_advance
 
 if __name__ == "__main__":
-    sys.exit(cli.main())
+    sys.exit(serve_main.main())

@@ -199,27 +199,9 @@ def cmd_demo(a) -> int:
 
 def cmd_serve(a) -> int:
     """Serve an artifact compiled with --max-batch over OpenAI's HTTP API (tools/serve/)."""
-    from day0.tools.serve import logs
-    from day0.tools.serve.server import ServeConfig, serve
+    from day0.tools.serve.server import serve_from_args
 
-    logs.setup(logs.parse_levels(a.log_level, a.log_levels))
-    if not 0 <= a.port <= 65535:
-        raise ArgumentError(f"--port must be in 0..65535 (got {a.port})")
-    cfg = ServeConfig(
-        artifact=Path(a.artifact),
-        host=a.host,
-        port=a.port,
-        device=a.device,
-        max_batch=a.max_batch,
-        kv_memory=a.kv_memory,
-        num_blocks=a.num_blocks,
-        prefill_chunk=a.prefill_chunk,
-        max_waiting=a.max_queue,
-        model_name=a.model_name,
-        checkpoint_dir=a.checkpoint_dir,
-        warmup=not a.no_warmup,
-    )
-    serve(cfg)
+    serve_from_args(a)
     return 0
 
 
@@ -328,28 +310,10 @@ def parser() -> argparse.ArgumentParser:
     )
     q.set_defaults(run=cmd_quantize)
 
+    from day0.tools.serve.server import add_arguments
+
     v = sub.add_parser("serve", help="serve an artifact (compiled with --max-batch) over OpenAI's HTTP API")
-    v.add_argument("artifact")
-    v.add_argument("--host", default="127.0.0.1")
-    v.add_argument("--port", type=int, default=8000)
-    v.add_argument("--device", default=None, help="runtime device (local-task, cuda); default: the artifact's")
-    v.add_argument(
-        "--max-batch", type=int, default=None, help="sequences running at once (default: the artifact's largest batch)"
-    )
-    v.add_argument(
-        "--kv-memory",
-        type=int,
-        default=None,
-        help="bytes for the paged caches (default: every running sequence can reach max_seq_len)",
-    )
-    v.add_argument("--num-blocks", type=int, default=None, help="cache blocks in the pool (instead of --kv-memory)")
-    v.add_argument("--prefill-chunk", type=int, default=64, help="most prompt tokens one engine step runs")
-    v.add_argument("--max-queue", type=int, default=256, help="requests that may wait for admission; past it: 429")
-    v.add_argument("--model-name", default=None, help="the name clients ask for (default: the artifact's folder name)")
-    v.add_argument("--log-level", default="info", help="debug, info, warning, error")
-    v.add_argument("--log-levels", default=None, help="per layer, e.g. server=debug,engine=warning,runtime=info")
-    v.add_argument("--no-warmup", action="store_true", help="report ready without the warm-up requests")
-    v.add_argument("--checkpoint-dir", default=None, help=_CHECKPOINT_DIR_HELP)
+    add_arguments(v, _CHECKPOINT_DIR_HELP)
     v.set_defaults(run=cmd_serve)
 
     d = sub.add_parser("demo", help="build the seeded demo model, compile it, generate")

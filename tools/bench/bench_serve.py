@@ -9,31 +9,35 @@ closed loop of C x R requests (a new request as soon as one finishes) then runs 
 Engine in this process, without HTTP; served tokens/s ÷ the Engine's is the server's overhead
 ratio (goal >= 0.9). The clients share this machine's cores with the server: on a 2-core host
 their own work is part of what the ratio measures. Results: docs/perf.md, 'day0 serve'.
+
+On a GPU host (the serve piece of the H200 runs, docs/perf.md): `--artifact ART --device cuda
+--checkpoint-dir CKPT` serves a compiled artifact instead of building the demo; this module then
+needs numpy, the runtime and the server's packages there, not the compiler. The Engine-alone runs
+come after the server has stopped, so that the two never share the device.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import platform
-import statistics
 import time
 from pathlib import Path
 
 import numpy as np
 
-from day0.tools.bench.bench_demo import arguments, demo_artifact, write_results
-
-CONCURRENCY = (1, 8, 32)
-MAX_SEQ_LEN = 512
+CONCURRENCY = "1,8,32"
+MAX_SEQ_LEN = 512  # the demo artifact's
 MAX_BATCH = 32
+CHUNK = 64  # prompt tokens an engine step runs (`day0 serve --prefill-chunk`'s default)
 
 
-def engine_tokens_per_s(artifact: Path, prompts: list[list[int]], concurrency: int, new: int) -> float:
+def engine_tokens_per_s(artifact: Path, prompts: list[list[int]], concurrency: int, new: int, **load) -> float:
     """Aggregate tokens/s of the Engine alone running `prompts` as a closed loop of `concurrency`."""
     from day0.runtime.engine import Engine
 
-    engine = Engine.load(artifact, max_running=MAX_BATCH)
+    engine = Engine.load(artifact, **load)
     todo, running, tokens = list(prompts), 0, 0
     t0 = time.perf_counter()
     while todo or running:
@@ -89,45 +93,76 @@ def _pct(values, q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
 
-def main(argv=None) -> int:
-    from day0.lowering.driver import BuildOptions
+def _arguments(argv):
+    import argparse
 
-    p = arguments("day0-bench-serve", ".cache/bench-serve", 64, 32, 4)
-    a = p.parse_args(argv)
-    ckpt, artifact = demo_artifact(Path(a.workdir), BuildOptions(max_seq_len=MAX_SEQ_LEN, max_batch=MAX_BATCH))
+    p = argparse.ArgumentParser(prog="day0-bench-serve")
+    p.add_argument("--workdir", default=".cache/bench-serve")
+    p.add_argument("--prompt-len", type=int, default=64)
+    p.add_argument("--new-tokens", type=int, default=128, help="tokens a request generates")
+    p.add_argument("--requests", type=int, default=4, help="requests a client sends, one after another")
+    p.add_argument("--concurrency", default=CONCURRENCY, help="client counts, e.g. 1,8,32")
+    p.add_argument("--json", default=None, help="write results here (default WORKDIR/bench.json)")
+    p.add_argument("--artifact", default=None, help="serve this artifact (default: build the demo's)")
+    p.add_argument("--device", default=None)
+    p.add_argument("--checkpoint-dir", default=None)
+    p.add_argument("--chunk", type=int, default=CHUNK)
+    return p.parse_args(argv)
+
+
+def _row(c: int, results: list, wall: float, engine_tok_s: float) -> dict:
+    gaps = [g for r in results for g in r["gaps"]]
+    tokens = sum(r["tokens"] for r in results)
+    return {
+        "concurrency": c,
+        "requests": len(results),
+        "requests_s": len(results) / wall,
+        "served_tok_s": tokens / wall,
+        "engine_tok_s": engine_tok_s,
+        "overhead_ratio": tokens / wall / engine_tok_s,
+        "ttft_p50_s": _pct([r["ttft"] for r in results], 50),
+        "ttft_p99_s": _pct([r["ttft"] for r in results], 99),
+        "itl_p50_s": _pct(gaps, 50),
+        "itl_p99_s": _pct(gaps, 99),
+        "e2e_p50_s": _pct([r["e2e"] for r in results], 50),
+    }
+
+
+def main(argv=None) -> int:
+    a = _arguments(argv)
+    work = Path(a.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    if a.artifact is None:
+        from day0.lowering.driver import BuildOptions
+        from day0.tools.bench.bench_demo import demo_artifact
+
+        _, artifact = demo_artifact(work, BuildOptions(max_seq_len=MAX_SEQ_LEN, max_batch=MAX_BATCH))
+    else:
+        artifact = Path(a.artifact)
     from day0.tools.serve.process import MODEL, ServerProcess
 
+    concurrency = [int(c) for c in a.concurrency.split(",")]
+    most = max(concurrency)
+    serve_args = ["--log-level", "warning", "--max-queue", "4096", "--prefill-chunk", str(a.chunk), "--no-verify"]
+    serve_args += ["--max-batch", str(most)] + (["--device", a.device] if a.device else [])
+    serve_args += ["--checkpoint-dir", a.checkpoint_dir] if a.checkpoint_dir else []
     rng = np.random.default_rng(0)
-    rows = []
-    server = ServerProcess(artifact, Path(a.workdir) / "server.log", "--log-level", "warning", "--max-queue", "1024")
+    prompts = {c: rng.integers(0, 256, (c, a.requests, a.prompt_len)).tolist() for c in concurrency}
+    served = {}
+    server = ServerProcess(artifact, work / "server.log", *serve_args)
     try:
-        for c in CONCURRENCY:
-            prompts = rng.integers(0, 256, (c, a.repeats, a.prompt_len)).tolist()
-            results, wall = asyncio.run(_load(server.url, MODEL, prompts, a.decode_steps))
-            flat = [q for client in prompts for q in client]
-            engine_tok_s = statistics.median(engine_tokens_per_s(artifact, flat, c, a.decode_steps) for _ in range(2))
-            gaps = [g for r in results for g in r["gaps"]]
-            tokens = sum(r["tokens"] for r in results)
-            rows.append(
-                {
-                    "concurrency": c,
-                    "requests": len(results),
-                    "requests_s": len(results) / wall,
-                    "served_tok_s": tokens / wall,
-                    "engine_tok_s": engine_tok_s,
-                    "overhead_ratio": tokens / wall / engine_tok_s,
-                    "ttft_p50_s": _pct([r["ttft"] for r in results], 50),
-                    "ttft_p99_s": _pct([r["ttft"] for r in results], 99),
-                    "itl_p50_s": _pct(gaps, 50),
-                    "itl_p99_s": _pct(gaps, 99),
-                    "e2e_p50_s": _pct([r["e2e"] for r in results], 50),
-                }
-            )
+        for c in concurrency:
+            served[c] = asyncio.run(_load(server.url, MODEL, prompts[c], a.new_tokens))
     finally:
         server.close()
+    load = dict(device=a.device, checkpoint_dir=a.checkpoint_dir, verify=False, chunk=a.chunk, max_running=most)
+    rows = []
+    for c in concurrency:
+        flat = [q for client in prompts[c] for q in client]
+        rows.append(_row(c, *served[c], engine_tokens_per_s(artifact, flat, c, a.new_tokens, **load)))
     print(
-        f"\nday0 serve, demo deepseek_v32 on {platform.machine()} x{os.cpu_count()}: streamed completions, "
-        f"prompts of {a.prompt_len} ids, {a.decode_steps} new tokens, {a.repeats} requests a client"
+        f"\nday0 serve, {artifact.name} on {a.device or 'its first device'} ({platform.machine()} x{os.cpu_count()}): "
+        f"streamed completions, prompts of {a.prompt_len} ids, {a.new_tokens} new tokens, {a.requests} requests a client"
     )
     print(
         f"{'conc':>5}{'req/s':>8}{'tok/s':>9}{'engine':>9}{'ratio':>7}{'TTFT p50':>10}{'p99':>8}"
@@ -139,8 +174,12 @@ def main(argv=None) -> int:
             f"{r['overhead_ratio']:>7.2f}{1e3 * r['ttft_p50_s']:>8.1f}ms{1e3 * r['ttft_p99_s']:>6.1f}ms"
             f"{1e3 * r['itl_p50_s']:>7.2f}ms{1e3 * r['itl_p99_s']:>6.2f}ms{1e3 * r['e2e_p50_s']:>7.0f}ms"
         )
-    config = {"prompt_len": a.prompt_len, "new_tokens": a.decode_steps, "requests_per_client": a.repeats}
-    write_results(a, {"rows": rows, "config": config, "max_seq_len": MAX_SEQ_LEN, "max_batch": MAX_BATCH})
+    config = {"prompt_len": a.prompt_len, "new_tokens": a.new_tokens, "requests_per_client": a.requests}
+    out = Path(a.json) if a.json else work / "bench.json"
+    out.write_text(
+        json.dumps({"rows": rows, "config": config, "artifact": str(artifact), "device": a.device}, indent=2)
+    )
+    print(f"wrote {out}")
     return 0
 
 

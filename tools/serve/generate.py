@@ -43,7 +43,7 @@ class Generation:
         Leaving early (a client gone) aborts the engine request (`close`)."""
         try:
             while self.finish_reason is None:
-                p = await self.job.events.get()
+                p = _merge(await self.job.events.get(), self.job.events)
                 if isinstance(p, ApiError):
                     self.job.done = True
                     raise p
@@ -91,6 +91,23 @@ class Generation:
 
     def token_text(self, token: int) -> str:
         return self.tok.decode([token], skip_special_tokens=False) if self.tok is not None else ""
+
+
+def _merge(first, queue):
+    """`first` and every update already waiting behind it as one: when the handler falls behind
+    the engine (a slow client, a busy host), it sends one chunk for several steps instead of a
+    backlog of one-token chunks. An error anywhere wins."""
+    if queue.empty() or isinstance(first, ApiError):
+        return first
+    tokens, logprobs, finished = list(first.tokens), list(first.logprobs), first.finished
+    while not queue.empty() and finished is None:
+        p = queue.get_nowait()
+        if isinstance(p, ApiError):
+            return p
+        tokens += p.tokens
+        logprobs += p.logprobs
+        finished = p.finished
+    return type(first)(tokens, finished, logprobs)
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict:

@@ -1,8 +1,8 @@
 """A `day0 serve` process on 127.0.0.1, as the server tests and `make bench-serve` start it, and
 plain HTTP helpers (urllib).
 
-`ServerProcess` starts `python -m day0.tools.cli serve ARTIFACT --port P ...` (or another launcher
-module that ends in the same CLI, found on `path`), waits for /health to say ready, and stops it
+`ServerProcess` starts `python -m day0.tools.serve ARTIFACT --port P ...` (or another launcher
+module that ends in the same entry point, found on `path`), waits for /health to say ready, and stops it
 with SIGTERM; its JSON log lines are kept in a file that can be read back. Every wait is bounded.
 """
 
@@ -29,11 +29,11 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    def __init__(self, artifact: Path, log_path: Path, *args: str, module: str = "day0.tools.cli", path=()):
+    def __init__(self, artifact: Path, log_path: Path, *args: str, module: str = "day0.tools.serve", path=()):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
-        cmd = [sys.executable, "-m", module, "serve", str(artifact), "--port", str(self.port), "--model-name", MODEL]
+        cmd = [sys.executable, "-m", module, str(artifact), "--port", str(self.port), "--model-name", MODEL]
         pythonpath = os.pathsep.join([*map(str, path), *filter(None, [os.environ.get("PYTHONPATH")])])
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": pythonpath}
         self._log = open(log_path, "w")  # noqa: SIM115 (the server writes it until close())

@@ -11,6 +11,7 @@ the server gracefully: it stops accepting connections, lets running answers fini
 
 from __future__ import annotations
 
+import argparse
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ class ServeConfig:
     model_name: str | None = None
     checkpoint_dir: Path | None = None
     warmup: bool = True
+    verify: bool = True  # hash the vmfb and the checkpoint's shards at load
     graceful_s: float = 30.0
 
 
@@ -54,6 +56,7 @@ def load_service(cfg: ServeConfig):
         chunk=cfg.prefill_chunk,
         checkpoint_dir=cfg.checkpoint_dir,
         max_running=cfg.max_batch,
+        verify=cfg.verify,
     )
     worker = EngineWorker(engine_args, Metrics(name), cfg.max_waiting, cfg.warmup)
     try:
@@ -100,3 +103,57 @@ def serve(cfg: ServeConfig) -> None:
         uvicorn.Server(config).run()
     finally:
         worker.stop()
+
+
+def add_arguments(
+    p: argparse.ArgumentParser, checkpoint_dir_help: str = "the checkpoint's directory, if it moved"
+) -> None:
+    """`day0 serve`'s arguments (the CLI's subcommand and `python -m day0.tools.serve` alike)."""
+    p.add_argument("artifact")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--device", default=None, help="runtime device (local-task, cuda); default: the artifact's")
+    p.add_argument(
+        "--max-batch", type=int, default=None, help="sequences running at once (default: the artifact's largest batch)"
+    )
+    p.add_argument(
+        "--kv-memory",
+        type=int,
+        default=None,
+        help="bytes for the paged caches (default: every running sequence can reach max_seq_len)",
+    )
+    p.add_argument("--num-blocks", type=int, default=None, help="cache blocks in the pool (instead of --kv-memory)")
+    p.add_argument("--prefill-chunk", type=int, default=64, help="most prompt tokens one engine step runs")
+    p.add_argument("--max-queue", type=int, default=256, help="requests that may wait for admission; past it: 429")
+    p.add_argument("--model-name", default=None, help="the name clients ask for (default: the artifact's folder name)")
+    p.add_argument("--log-level", default="info", help="debug, info, warning, error")
+    p.add_argument("--log-levels", default=None, help="per layer, e.g. server=debug,engine=warning,runtime=info")
+    p.add_argument("--no-warmup", action="store_true", help="report ready without the warm-up requests")
+    p.add_argument("--no-verify", action="store_true", help="skip the hash checks of the vmfb and the shards")
+    p.add_argument("--checkpoint-dir", default=None, help=checkpoint_dir_help)
+
+
+def serve_from_args(a: argparse.Namespace) -> None:
+    """Set up the logs, check the arguments (ValueError naming one), serve until stopped."""
+    from day0.tools.serve import logs
+
+    logs.setup(logs.parse_levels(a.log_level, a.log_levels))
+    if not 0 <= a.port <= 65535:
+        raise ValueError(f"--port must be in 0..65535 (got {a.port})")
+    serve(
+        ServeConfig(
+            artifact=Path(a.artifact),
+            host=a.host,
+            port=a.port,
+            device=a.device,
+            max_batch=a.max_batch,
+            kv_memory=a.kv_memory,
+            num_blocks=a.num_blocks,
+            prefill_chunk=a.prefill_chunk,
+            max_waiting=a.max_queue,
+            model_name=a.model_name,
+            checkpoint_dir=a.checkpoint_dir,
+            warmup=not a.no_warmup,
+            verify=not a.no_verify,
+        )
+    )
