@@ -58,6 +58,10 @@ bench-gpu: install
 	$(VPY) -m pip download -q --only-binary=:all: --python-version $(HOST_PY) --implementation cp \
 		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 		--platform any -d $(BENCH_GPU)/wheels transformers==5.23.0
+	$(VPY) -m pip download -q --only-binary=:all: --python-version $(HOST_PY) --implementation cp \
+		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+		--platform any -d $(BENCH_GPU)/wheels fastapi==0.165.0 uvicorn==0.55.0 sse-starlette==3.7.1 \
+		prometheus-client==0.26.0 python-json-logger==4.2.0 jinja2==3.1.6 openai==3.60.0  # the serve piece
 	rm -f $(BENCH_GPU)/wheels/numpy-*.whl  # the host's own numpy (its torch was built against it)
 	@echo "bench-gpu: copy $(BENCH_GPU) to the GPU host and run: sh run.sh (writes results.json)"
 

@@ -49,7 +49,7 @@ def test_bench_gpu_package_runs_from_its_own_sources(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     assert "limit/day0" in p.stdout  # the table is printed last
     results = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
-    moe, dsa, e2e, glm5, engine = results
+    moe, dsa, e2e, glm5, engine, serve = results
     assert moe["piece"] == "moe" and dsa["piece"] == "dsa" and dsa["context"] == 256
     assert moe["day0_rel_err"] < 1e-5  # f32 throughout
     assert dsa["day0_rel_err"] < 2e-2  # bf16 caches and output
@@ -91,6 +91,12 @@ def test_bench_gpu_package_runs_from_its_own_sources(tmp_path):
     assert check["same_greedy_rows"] == 1.0 and check["session_decode_ms"] > 0
     sizes = engine["bytes_per_sequence"]
     assert sizes[str(spec["engine"]["prompt"])] > sizes[str(spec["engine"]["short_prompt"])] > 0
+    # day0 serve on the same artifact: every request answered, against the Engine alone
+    assert serve["piece"] == "serve" and [r["concurrency"] for r in serve["rows"]] == [1, 3]
+    for row, clients in zip(serve["rows"], (1, 3)):
+        assert row["requests"] == clients * spec["serve"]["requests"]
+        assert row["served_tok_s"] > 0 and row["engine_tok_s"] > 0 and row["overhead_ratio"] > 0
+    assert "day0 serve (prompts of" in p.stdout
 
 
 def test_bench_gpu_package_of_some_pieces_imports_from_its_own_sources(tmp_path):

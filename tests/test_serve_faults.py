@@ -17,7 +17,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from day0.tools.serve.process import MODEL, ServerProcess, post
+from day0.tools.serve.process import MODEL, ServerProcess, get, post
 
 sys.path.insert(0, str(Path(__file__).parent))
 from serve_instrumented import FAULT_SEED  # noqa: E402
@@ -163,6 +163,45 @@ def test_a_stop_signal_lets_running_answers_finish(demo_engine_artifact, tmp_pat
         chunks += list(stream)
         assert chunks[-1].choices[0].finish_reason == "length"
         assert s.proc.wait(WAIT_S) is not None
+    finally:
+        s.close()
+
+
+def test_health_is_503_until_the_warm_up_ran(demo_engine_artifact, tmp_path):
+    """With 0.1 s a step the warm-up takes about a second: /health answers 503 'warming up' (and
+    /metrics day0_ready 0) while it runs, then 200; a request sent meanwhile is answered after."""
+    s = ServerProcess(
+        demo_engine_artifact,
+        tmp_path / "server.log",
+        module="serve_instrumented",
+        path=[Path(__file__).parent],
+        env={"DAY0_TEST_STEP_DELAY_S": "0.1"},
+        wait=False,
+    )
+    try:
+        seen, early = [], None
+        deadline = time.monotonic() + WAIT_S * 4
+        while time.monotonic() < deadline and 200 not in seen:
+            try:
+                status, raw, _ = get(s.url + "/health", timeout=5)
+            except OSError:  # not listening yet
+                time.sleep(0.05)
+                continue
+            seen.append(status)
+            if status == 503:
+                assert json.loads(raw) == {"status": "warming up"}
+                assert s.metrics()["day0_ready"] == 0
+                if early is None:
+                    early = threading.Thread(
+                        target=lambda: seen.append(
+                            post(s.url + "/v1/completions", {"model": MODEL, "prompt": "early", "max_tokens": 2})[0]
+                        )
+                    )
+                    early.start()
+            time.sleep(0.05)
+        assert seen[0] == 503 and 200 in seen, seen
+        early.join(WAIT_S)
+        assert seen[-1] == 200 and s.metrics()["day0_ready"] == 1
     finally:
         s.close()
 

@@ -171,7 +171,7 @@ def _compile(module, args, pipeline: str, target: str, out: Path) -> None:
     compile_mlir(text, target, out, repro_dir=out.parent / f"{out.stem}.repro")
 
 
-PIECES = ("moe", "dsa", "e2e", "glm5", "engine")
+PIECES = ("moe", "dsa", "e2e", "glm5", "engine", "serve")
 E2E_GOALS_MS = {"decode_ms": 2.0, "ttft_ms": 100.0}  # at 4K context
 
 
@@ -205,6 +205,7 @@ def package(out: Path, config: str, target: str, pieces=PIECES, cache: Path = Pa
     e2e = bench_e2e.package(out, config, target, cache) if "e2e" in pieces else None
     glm5 = bench_gpu_glm5.package(out, config, target, cache) if "glm5" in pieces else None
     engine = bench_gpu_engine.package(out, config, target, cache) if "engine" in pieces else None
+    serve = bench_gpu_engine.package_serve(out, config, target, cache, engine) if "serve" in pieces else None
     (out / "bench.json").write_text(
         json.dumps(
             {
@@ -217,6 +218,7 @@ def package(out: Path, config: str, target: str, pieces=PIECES, cache: Path = Pa
                 "e2e": e2e,
                 "glm5": glm5,
                 "engine": engine,
+                "serve": serve,
             },
             indent=2,
         )
@@ -449,6 +451,9 @@ def run(pkg: Path, device: str, json_out: Path | None, pieces=PIECES) -> list[di
     if "engine" in pieces:
         results.append(bench_gpu_engine.run(pkg, spec, device, bw))
         print(json.dumps(results[-1]), flush=True)
+    if "serve" in pieces:
+        results.append(bench_gpu_engine.run_serve(pkg, spec, device))
+        print(json.dumps(results[-1]), flush=True)
     print(table(results))
     if json_out:
         json_out.write_text(json.dumps(results, indent=2))
@@ -465,7 +470,7 @@ def table(results: list[dict]) -> str:
         f"{'limit µs':>10}{'limit/day0':>11}{'A/day0':>8}",
     ]
     for r in results[1:]:
-        if r["piece"] in ("e2e", "glm5", "engine"):
+        if r["piece"] in ("e2e", "glm5", "engine", "serve"):
             continue
         if r["piece"] == "moe":
             name, a, b = "moe", r["torch_bf16_us"], r["torch_dequant_us"]
@@ -485,6 +490,7 @@ def table(results: list[dict]) -> str:
     lines += [bench_e2e.table(r) for r in results if r["piece"] == "e2e"]
     lines += [bench_gpu_glm5.table(r) for r in results if r["piece"] == "glm5"]
     lines += [bench_gpu_engine.table(r) for r in results if r["piece"] == "engine"]
+    lines += [bench_gpu_engine.serve_table(r) for r in results if r["piece"] == "serve"]
     return "\n".join(lines)
 
 

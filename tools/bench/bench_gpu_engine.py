@@ -62,6 +62,15 @@ SETTINGS = {
 }
 SEED = 0
 SHIPPED = ["tools/bench/bench_gpu_engine.py"]
+# piece `serve`: `day0 serve` on the same artifact (tools/bench/bench_serve.py), clients on the host
+SERVE = {
+    "full": {"concurrency": "1,8,32,64", "prompt": 512, "new_tokens": 128, "requests": 2, "chunk": 512},
+    "tiny": {"concurrency": "1,3", "prompt": 8, "new_tokens": 4, "requests": 1, "chunk": 8},
+}
+SERVE_SHIPPED = [
+    *(f"tools/serve/{f.name}" for f in sorted((Path(__file__).resolve().parents[1] / "serve").glob("*.py"))),
+    "tools/bench/bench_serve.py",
+]
 
 
 def package(out: Path, config: str, target: str, cache: Path) -> dict:
@@ -79,6 +88,34 @@ def package(out: Path, config: str, target: str, cache: Path) -> dict:
     compile_checkpoint(ckpt, art, options)
     bench_e2e.ship_sources(out, bench_e2e.SHIPPED + SHIPPED)
     return {"checkpoint": s["checkpoint"], "seed": SEED, **s}
+
+
+def package_serve(out: Path, config: str, target: str, cache: Path, engine: dict | None) -> dict:
+    """The serve piece: the engine piece's artifact (compiled here when that piece is not in the
+    package) and the server's sources; its packages travel as wheels (Makefile `bench-gpu`)."""
+    from day0.tools.bench import bench_e2e
+
+    engine = engine or package(out, config, target, cache)
+    bench_e2e.ship_sources(out, SERVE_SHIPPED)
+    return {**SERVE[config], "engine": engine}
+
+
+def run_serve(pkg: Path, spec: dict, device: str) -> dict:
+    """`day0 serve` of out/engine/artifact against the Engine alone (bench_serve.py)."""
+    from day0.tools.bench import bench_checkpoint, bench_serve
+
+    s, e = spec["serve"], spec["serve"]["engine"]
+    ckpt = bench_checkpoint.write(pkg / f"ckpt-{e['checkpoint']}-{e['seed']}", e["checkpoint"], e["seed"])
+    out = pkg / "serve-results.json"
+    bench_serve.main(
+        [
+            *("--artifact", str(pkg / "engine" / "artifact"), "--device", device, "--checkpoint-dir", str(ckpt)),
+            *("--concurrency", s["concurrency"], "--prompt-len", str(s["prompt"]), "--chunk", str(s["chunk"])),
+            *("--new-tokens", str(s["new_tokens"]), "--requests", str(s["requests"])),
+            *("--workdir", str(pkg / "serve-work"), "--json", str(out)),
+        ]
+    )
+    return {"piece": "serve", **json.loads(out.read_text())}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -327,4 +364,21 @@ def table(r: dict) -> str:
     lines.append(
         f"engine: prompts of {r['prompt']} tokens, blocks of {r['block_size']}; bytes per sequence {r['bytes_per_sequence']}"
     )
+    return "\n".join(lines)
+
+
+def serve_table(r: dict) -> str:
+    """The serve piece's rows: the server against the Engine alone on the same requests."""
+    c = r["config"]
+    lines = [
+        f"day0 serve (prompts of {c['prompt_len']} ids, {c['new_tokens']} new tokens): "
+        f"{'clients':>8}{'req/s':>8}{'tok/s':>9}{'Engine':>9}{'ratio':>7}{'TTFT p50':>10}{'ITL p99':>9}"
+    ]
+    pad = " " * len(lines[0].split(":")[0] + ": ")
+    for row in r["rows"]:
+        lines.append(
+            f"{pad}{row['concurrency']:>8}{row['requests_s']:>8.1f}{row['served_tok_s']:>9.1f}"
+            f"{row['engine_tok_s']:>9.1f}{row['overhead_ratio']:>7.2f}{1e3 * row['ttft_p50_s']:>8.1f}ms"
+            f"{1e3 * row['itl_p99_s']:>7.1f}ms"
+        )
     return "\n".join(lines)

@@ -29,15 +29,30 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    def __init__(self, artifact: Path, log_path: Path, *args: str, module: str = "day0.tools.serve", path=()):
+    def __init__(
+        self,
+        artifact: Path,
+        log_path: Path,
+        *args: str,
+        module: str = "day0.tools.serve",
+        path=(),
+        env: dict | None = None,
+        wait: bool = True,
+    ):
+        """Start the server; with `wait`, return once /health says ready (RuntimeError with the
+        log if it exits or is not ready in time). `env`: extra environment variables."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         cmd = [sys.executable, "-m", module, str(artifact), "--port", str(self.port), "--model-name", MODEL]
         pythonpath = os.pathsep.join([*map(str, path), *filter(None, [os.environ.get("PYTHONPATH")])])
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": pythonpath}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": pythonpath, **(env or {})}
         self._log = open(log_path, "w")  # noqa: SIM115 (the server writes it until close())
         self.proc = subprocess.Popen([*cmd, *args], stdout=self._log, stderr=subprocess.STDOUT, env=env)
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
