@@ -1,11 +1,17 @@
 """Shared fixtures: the parity checkpoints (tests/parity_configs.py) written once per run, each
-compiled once per run (session scope), and transformers' oracle for each, loaded once."""
+compiled once per run, and transformers' oracle for each, loaded once a process.
+
+`make test` runs pytest with two pytest-xdist workers: the checkpoints and artifacts live in one
+directory for the whole run (`workdir`), and a file lock per item makes a worker that needs one
+the other is making wait for it, so that each is still made once a run."""
 
 import os
 import sys
+import types
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 sys.path.insert(0, str(Path(__file__).parent))
 from parity_configs import PARITY, load_reference, write_checkpoint  # noqa: E402
@@ -14,13 +20,27 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 @pytest.fixture(scope="session")
-def workdir(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("day0")
+def workdir(tmp_path_factory, worker_id) -> Path:
+    """One directory for every worker of this run (the workers' base temp dirs share a parent)."""
+    base = tmp_path_factory.getbasetemp()
+    path = (base if worker_id == "master" else base.parent) / "day0-shared"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+def once(workdir: Path, name: str):
+    """The lock that makes `name` (a checkpoint, an artifact) made once for all workers."""
+    return FileLock(str(workdir / f".{name}.fixture-lock"))  # .NAME.lock is the compile driver's
+
+
+def shared_checkpoint(workdir: Path, name: str) -> Path:
+    with once(workdir, f"ckpt-{name}"):
+        return write_checkpoint(workdir, name)
 
 
 @pytest.fixture(scope="session")
 def checkpoint(workdir):
-    return lambda name: write_checkpoint(workdir, name)
+    return lambda name: shared_checkpoint(workdir, name)
 
 
 @pytest.fixture(scope="session")
@@ -29,9 +49,11 @@ def artifact(workdir):
 
     def get(name: str) -> Path:
         spec, path = PARITY[name], workdir / f"artifact-{name}"
-        if not path.exists():
+        with once(workdir, path.name):
+            if path.exists():
+                return path
             compile_checkpoint(
-                write_checkpoint(workdir, name),
+                shared_checkpoint(workdir, name),
                 path,
                 BuildOptions(
                     max_seq_len=spec["max_seq_len"],
@@ -53,6 +75,7 @@ def reference(workdir):
 
     def get(name: str):
         if name not in cache:
+            shared_checkpoint(workdir, name)
             cache[name] = load_reference(workdir, name)
         return cache[name]
 
@@ -69,12 +92,16 @@ def demo_cli(workdir):
 
     from day0.tools.checkpoints.demo import ensure_demo_checkpoint
 
-    ckpt, art = ensure_demo_checkpoint(workdir / "demo-checkpoint"), workdir / "artifact-demo"
-    day0 = str(Path(sys.executable).parent / "day0")
-    args = [day0, "compile", str(ckpt), "-o", str(art), "--max-seq-len", "128", "--max-batch", "4", "--dump-stages"]
-    r = subprocess.run(args, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    return ckpt, art, r
+    art, log = workdir / "artifact-demo", workdir / "artifact-demo.stderr"
+    with once(workdir, art.name):
+        ckpt = ensure_demo_checkpoint(workdir / "demo-checkpoint")
+        if not art.exists():
+            day0 = str(Path(sys.executable).parent / "day0")
+            args = [day0, "compile", ckpt, "-o", art, "--max-seq-len", "128", "--max-batch", "4", "--dump-stages"]
+            r = subprocess.run(list(map(str, args)), capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr
+            log.write_text(r.stderr)
+    return ckpt, art, types.SimpleNamespace(returncode=0, stderr=log.read_text())
 
 
 @pytest.fixture(scope="session")

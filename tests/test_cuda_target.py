@@ -5,6 +5,8 @@ import json
 
 import pytest
 
+from day0.lowering.targets import TARGETS, DsaShape
+
 
 def test_demo_model_compiles_for_sm90(tmp_path):
     from day0.lowering.driver import BuildOptions, compile_checkpoint
@@ -31,8 +33,10 @@ def test_demo_model_compiles_for_sm90(tmp_path):
         b"day0_dsa_partial_f32",
         b"day0_dsa_combine_f32",
         b"day0_indexer_scores_f32",
+        b"day0_moe_route",  # the router, kept as one op (tests/test_export_kept_ops.py)
     ):
         assert kernel in vmfb
+    assert "indexer-scores-to-cuda-kernel" in TARGETS["cuda-sm90"].pipeline(DsaShape(16))
 
 
 @pytest.mark.slow

@@ -167,6 +167,26 @@ def test_a_stop_signal_lets_running_answers_finish(demo_engine_artifact, tmp_pat
         s.close()
 
 
+def test_an_artifact_without_tokenizer_or_chat_template(artifact, tmp_path):
+    """A checkpoint may ship neither: chat is a 400 naming the missing template, a text prompt a
+    400 asking for token ids, and token ids are served (ids back, no text)."""
+    s = ServerProcess(artifact("ds-sparse"), tmp_path / "server.log")
+    try:
+        status, raw, _ = post(
+            s.url + "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "x"}]}
+        )
+        error = json.loads(raw)["error"]
+        assert status == 400 and error["code"] == "no_chat_template" and error["param"] == "messages"
+        status, raw, _ = post(s.url + "/v1/completions", {"model": MODEL, "prompt": "text"})
+        assert status == 400 and "send the prompt as token ids" in json.loads(raw)["error"]["message"]
+        body = {"model": MODEL, "prompt": [5, 6, 7], "max_tokens": 3, "ignore_eos": True, "return_token_ids": True}
+        status, raw, _ = post(s.url + "/v1/completions", body)
+        choice = json.loads(raw)["choices"][0]
+        assert status == 200 and len(choice["token_ids"]) == 3 and choice["text"] == ""
+    finally:
+        s.close()
+
+
 def test_health_is_503_until_the_warm_up_ran(demo_engine_artifact, tmp_path):
     """With 0.1 s a step the warm-up takes about a second: /health answers 503 'warming up' (and
     /metrics day0_ready 0) while it runs, then 200; a request sent meanwhile is answered after."""

@@ -55,6 +55,13 @@ class Service:
         self.created = int(time.time())
 
     # -- request -> job -----------------------------------------------------------------------
+    async def read(self, request: Request, model):
+        """The request's body as `model`, checked: JSON, fields, the model's name, support."""
+        req = await _body(request, model)
+        self.check_model(req.model)
+        req.check_supported()
+        return req
+
     def check_model(self, model: str) -> None:
         if model != self.options.model_name:
             raise ApiError(
@@ -183,72 +190,64 @@ def create_app(worker, tokenizer, chat_template, options: ServeOptions) -> FastA
     @app.post("/v1/completions")
     @_guarded
     async def completions(request: Request):
-        req = await _body(request, CompletionRequest)
-        svc.check_model(req.model)
-        req.check_supported()
+        req = await svc.read(request, CompletionRequest)
         prompt = req.prompt_one()
         ids = svc.encode(prompt, "prompt") if isinstance(prompt, str) else list(prompt)
-        job, strings = svc.job(_rid(request), ids, req, req.max_tokens, "prompt", req.logprobs)
-        gen = await svc.start(job, strings)
-        svc.metrics.prompt_tokens.inc(len(ids))
-        head = {"id": job.request_id, "object": "text_completion", "created": int(time.time()), "model": req.model}
 
-        def choice(delta, offset):
+        def choice(gen, delta, offset, streaming):
             c = {"index": 0, "text": delta.text, "logprobs": None, "finish_reason": delta.finish_reason}
             if req.logprobs is not None:
                 c["logprobs"] = completion_logprobs(gen, delta, offset)
-            if req.return_token_ids:
-                c["token_ids"] = delta.token_ids
             return c
 
-        if req.stream:
-            return _sse(options, gen, req, ids, head, choice)
-        delta = await _collect(request, gen)
-        body = {**head, "choices": [choice(delta, 0)], "usage": usage(len(ids), len(gen.token_ids))}
-        if req.return_token_ids:
-            body["prompt_token_ids"] = ids
-        return body
+        kinds = ("text_completion", "text_completion")
+        return await _answer(svc, request, req, ids, "prompt", req.max_tokens, req.logprobs, kinds, choice)
 
     @app.post("/v1/chat/completions")
     @_guarded
     async def chat(request: Request):
-        req = await _body(request, ChatRequest)
-        svc.check_model(req.model)
-        req.check_supported()
+        req = await svc.read(request, ChatRequest)
         ids = svc.encode(svc.chat_prompt(req), "messages")
         top = (req.top_logprobs or 0) if req.logprobs else None
-        job, strings = svc.job(_rid(request), ids, req, req.limit(), "messages", top)
-        gen = await svc.start(job, strings)
-        svc.metrics.prompt_tokens.inc(len(ids))
-        head = {"id": job.request_id, "object": "chat.completion", "created": int(time.time()), "model": req.model}
 
-        def choice(delta, offset, streaming=False):
+        def choice(gen, delta, offset, streaming):
             c = {"index": 0, "logprobs": chat_logprobs(gen, delta) if req.logprobs else None}
             c["delta" if streaming else "message"] = (
                 {"content": delta.text} if streaming else {"role": "assistant", "content": delta.text}
             )
             c["finish_reason"] = delta.finish_reason
-            if req.return_token_ids:
-                c["token_ids"] = delta.token_ids
             return c
 
-        if req.stream:
-            head["object"] = "chat.completion.chunk"
-            opening = {
-                "index": 0,
-                "delta": {"role": "assistant", "content": ""},
-                "logprobs": None,
-                "finish_reason": None,
-            }
-            return _sse(options, gen, req, ids, head, lambda d, off: choice(d, off, streaming=True), opening)
-        delta = await _collect(request, gen)
-        body = {**head, "choices": [choice(delta, 0)], "usage": usage(len(ids), len(gen.token_ids))}
-        if req.return_token_ids:
-            body["prompt_token_ids"] = ids
-        return body
+        opening = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+        kinds = ("chat.completion", "chat.completion.chunk")
+        return await _answer(svc, request, req, ids, "messages", req.limit(), top, kinds, choice, opening)
 
     app.add_middleware(RequestIdMiddleware)
     return app
+
+
+async def _answer(svc: Service, request: Request, req, ids, param, limit, logprobs, kinds, choice, opening=None):
+    """Run one request and answer it, as one JSON object or as a stream: `kinds` the objects'
+    names (whole, chunk); `choice(gen, delta, text offset, streaming)` builds a choice of the
+    endpoint's form (token ids are added here when asked for); `opening`: a first stream chunk."""
+    job, strings = svc.job(_rid(request), ids, req, limit, param, logprobs)
+    gen = await svc.start(job, strings)
+    svc.metrics.prompt_tokens.inc(len(ids))
+
+    def full_choice(delta, offset, streaming=False):
+        c = choice(gen, delta, offset, streaming)
+        if req.return_token_ids:
+            c["token_ids"] = delta.token_ids
+        return c
+
+    head = {"id": job.request_id, "object": kinds[req.stream], "created": int(time.time()), "model": req.model}
+    if req.stream:
+        return _sse(svc.options, gen, req, ids, head, lambda d, off: full_choice(d, off, True), opening)
+    delta = await _collect(request, gen)
+    body = {**head, "choices": [full_choice(delta, 0)], "usage": usage(len(ids), len(gen.token_ids))}
+    if req.return_token_ids:
+        body["prompt_token_ids"] = ids
+    return body
 
 
 async def _body(request: Request, model):
