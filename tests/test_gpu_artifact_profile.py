@@ -16,9 +16,12 @@ def test_engine_profile_runs_every_batch(artifact, capsys):
     from day0.tools.bench.gpu_artifact_profile import run_engine
 
     out = run_engine(artifact("ds-sparse"), None, prompt=12, steps=2, device="local-task", top=5, batches=[3, 1])
-    assert sorted(out) == ["engine_1", "engine_3"]
+    assert sorted(out) == ["engine_1", "engine_3", "engine_prompt_chunk"]
+    chunk = out.pop("engine_prompt_chunk")
+    assert chunk["wall_ms"] > 0 and "steps" not in chunk
     assert all(r["steps"] == 2 and r["wall_ms"] > 0 for r in out.values())
-    assert "3 sequences: wall" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "3 sequences: wall" in printed and "one 512-token prompt chunk (paged_prefill)" in printed
 
 
 def test_engine_profile_takes_a_moved_checkpoint(artifact, tmp_path):

@@ -7,9 +7,10 @@ during one prefill and a few decode steps of a day0 artifact, grouped by kernel 
 GPU host (torch with CUDA, the iree runtime wheel). Prints, per phase, the wall time, the kernel
 count and device time, the GPU's busy time within the span of its kernels (busy well below the
 span: the GPU waits on the host), and the kernels by total device time; --json writes it all.
---engine profiles an artifact with paged entry points instead: Engine steps at each number of
-running sequences (largest first, aborting down), filled as the `engine` bench piece fills them
-(4 prompts run, the rest copies: tools/bench/bench_gpu_engine.py).
+--engine profiles an artifact with paged entry points instead: one 512-token prompt chunk of one
+sequence (`paged_prefill`), then Engine steps at each number of running sequences (largest
+first, aborting down), filled as the `engine` bench piece fills them (4 prompts run, the rest
+copies: tools/bench/bench_gpu_engine.py).
 """
 
 import argparse
@@ -120,9 +121,20 @@ def run_engine(
         max_running=most,
     )
     rng = np.random.default_rng(0)
+    # one prompt chunk of one sequence alone (`paged_prefill`, 512 tokens), then let it go
+    rid = eng.add(rng.integers(0, vocab, min(prompt, 1024)).tolist(), max_new_tokens=1, stop=())
+    eng.step()  # a first chunk, warm
+    r = out_chunk = _profile(eng.step)
+    eng.abort(rid)
+    print(
+        f"one 512-token prompt chunk (paged_prefill): wall {r['wall_ms']:.2f} ms; {r['launches']} kernels, "
+        f"{r['device_ms']:.2f} ms on the device"
+    )
+    for k in r["kernels"][:top]:
+        print(f"  {k['us']:>10.1f} µs {k['launches']:>6}  {k['kernel'][:90]}")
     run = _fill(eng, [rng.integers(0, vocab, prompt).tolist() for _ in range(distinct)], False, new_tokens)
     _copies(eng, run, most - distinct, new_tokens, rng)
-    out = {}
+    out = {"engine_prompt_chunk": out_chunk}
     for b in sorted(batches, reverse=True):
         for r in run["rids"][b:]:
             eng.abort(r)

@@ -34,6 +34,7 @@ def parse_levels(default: str, per_layer: str | None) -> dict[str, str]:
 
 
 def setup(levels: dict[str, str], stream=None) -> None:
+    from pythonjsonlogger.core import RESERVED_ATTRS
     from pythonjsonlogger.json import JsonFormatter
 
     handler = logging.StreamHandler(stream or sys.stderr)
@@ -41,6 +42,7 @@ def setup(levels: dict[str, str], stream=None) -> None:
         JsonFormatter(
             "%(asctime)s %(levelname)s %(name)s %(message)s",
             rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
+            reserved_attrs=[*RESERVED_ATTRS, "color_message"],  # uvicorn's terminal copy of the message
         )
     )
     for layer in LAYERS:
