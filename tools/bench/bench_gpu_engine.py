@@ -64,8 +64,15 @@ SEED = 0
 SHIPPED = ["tools/bench/bench_gpu_engine.py"]
 # piece `serve`: `day0 serve` on the same artifact (tools/bench/bench_serve.py), clients on the host
 SERVE = {
-    "full": {"concurrency": "1,8,32,64", "prompt": 512, "new_tokens": 128, "requests": 2, "chunk": 512},
-    "tiny": {"concurrency": "1,3", "prompt": 8, "new_tokens": 4, "requests": 1, "chunk": 8},
+    "full": {
+        "concurrency": "1,8,32,64",
+        "prompt": 512,
+        "new_tokens": 128,
+        "requests": 2,
+        "min_requests": 8,
+        "chunk": 512,
+    },
+    "tiny": {"concurrency": "1,3", "prompt": 8, "new_tokens": 4, "requests": 1, "min_requests": 1, "chunk": 8},
 }
 SERVE_SHIPPED = [
     *(f"tools/serve/{f.name}" for f in sorted((Path(__file__).resolve().parents[1] / "serve").glob("*.py"))),
@@ -112,6 +119,7 @@ def run_serve(pkg: Path, spec: dict, device: str) -> dict:
             *("--artifact", str(pkg / "engine" / "artifact"), "--device", device, "--checkpoint-dir", str(ckpt)),
             *("--concurrency", s["concurrency"], "--prompt-len", str(s["prompt"]), "--chunk", str(s["chunk"])),
             *("--new-tokens", str(s["new_tokens"]), "--requests", str(s["requests"])),
+            *("--min-requests", str(s["min_requests"])),
             *("--workdir", str(pkg / "serve-work"), "--json", str(out)),
         ]
     )

@@ -1,10 +1,11 @@
 """`make bench-serve`: `day0 serve` on this CPU with the demo model, against the Engine alone.
 
 At each concurrency C (1, 8, 32), C clients each send R streamed completion requests one after
-another (prompts of P random token ids, N new tokens each, EOS ignored), through the `openai`
-package's async client against a real `day0 serve` process on 127.0.0.1. Measured from the
-client: requests/s, aggregate generated tokens/s, time to first token and inter-token latency
-(p50 and p99; a chunk of k tokens counts k gaps of 1/k of its wait), end-to-end latency. The same
+another (at least 8 a level, so that one client's ratio is not two requests' noise; prompts of P
+random token ids, N new tokens each, EOS ignored), through the `openai` package's async client
+against a real `day0 serve` process on 127.0.0.1. Measured from the client: requests/s,
+aggregate generated tokens/s, time to first token and inter-token latency (p50 and p99; a chunk
+of k tokens counts k gaps of 1/k of its wait), end-to-end latency. The same
 closed loop of C x R requests (a new request as soon as one finishes) then runs through the
 Engine in this process, without HTTP; served tokens/s ÷ the Engine's is the server's overhead
 ratio (goal >= 0.9). The clients share this machine's cores with the server: on a 2-core host
@@ -101,6 +102,9 @@ def _arguments(argv):
     p.add_argument("--prompt-len", type=int, default=64)
     p.add_argument("--new-tokens", type=int, default=128, help="tokens a request generates")
     p.add_argument("--requests", type=int, default=4, help="requests a client sends, one after another")
+    p.add_argument(
+        "--min-requests", type=int, default=8, help="at least this many requests a level (few clients send more)"
+    )
     p.add_argument("--concurrency", default=CONCURRENCY, help="client counts, e.g. 1,8,32")
     p.add_argument("--json", default=None, help="write results here (default WORKDIR/bench.json)")
     p.add_argument("--artifact", default=None, help="serve this artifact (default: build the demo's)")
@@ -147,7 +151,8 @@ def main(argv=None) -> int:
     serve_args += ["--max-batch", str(most)] + (["--device", a.device] if a.device else [])
     serve_args += ["--checkpoint-dir", a.checkpoint_dir] if a.checkpoint_dir else []
     rng = np.random.default_rng(0)
-    prompts = {c: rng.integers(0, 256, (c, a.requests, a.prompt_len)).tolist() for c in concurrency}
+    per_client = {c: max(a.requests, -(-a.min_requests // c)) for c in concurrency}
+    prompts = {c: rng.integers(0, 256, (c, per_client[c], a.prompt_len)).tolist() for c in concurrency}
     served = {}
     server = ServerProcess(artifact, work / "server.log", *serve_args)
     try:
@@ -162,7 +167,7 @@ def main(argv=None) -> int:
         rows.append(_row(c, *served[c], engine_tokens_per_s(artifact, flat, c, a.new_tokens, **load)))
     print(
         f"\nday0 serve, {artifact.name} on {a.device or 'its first device'} ({platform.machine()} x{os.cpu_count()}): "
-        f"streamed completions, prompts of {a.prompt_len} ids, {a.new_tokens} new tokens, {a.requests} requests a client"
+        f"streamed completions, prompts of {a.prompt_len} ids, {a.new_tokens} new tokens, {a.requests} requests a client (at least {a.min_requests} a level)"
     )
     print(
         f"{'conc':>5}{'req/s':>8}{'tok/s':>9}{'engine':>9}{'ratio':>7}{'TTFT p50':>10}{'p99':>8}"
@@ -174,7 +179,7 @@ def main(argv=None) -> int:
             f"{r['overhead_ratio']:>7.2f}{1e3 * r['ttft_p50_s']:>8.1f}ms{1e3 * r['ttft_p99_s']:>6.1f}ms"
             f"{1e3 * r['itl_p50_s']:>7.2f}ms{1e3 * r['itl_p99_s']:>6.2f}ms{1e3 * r['e2e_p50_s']:>7.0f}ms"
         )
-    config = {"prompt_len": a.prompt_len, "new_tokens": a.new_tokens, "requests_per_client": a.requests}
+    config = {"prompt_len": a.prompt_len, "new_tokens": a.new_tokens, "requests_per_client": per_client}
     out = Path(a.json) if a.json else work / "bench.json"
     out.write_text(
         json.dumps({"rows": rows, "config": config, "artifact": str(artifact), "device": a.device}, indent=2)
