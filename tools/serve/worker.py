@@ -151,6 +151,9 @@ class EngineWorker:
         try:
             self._commands.send(("add", job.key, job.request_id, job.ids, job.params, job.kind))
             await job.added
+        except asyncio.CancelledError:  # the client left before the engine took it: end it there too
+            self.cancel(job)
+            raise
         finally:
             self._pending -= 1
 
