@@ -10,7 +10,7 @@ Every answer other than 200 is OpenAI's error object naming the field at fault (
 exception while serving one request is a 500 for that request alone, logged with its request id
 and never shown to the client as a traceback. A client that goes away (a closed stream, or a
 closed connection while a non-streamed answer is computed) ends its engine request at once, which
-frees its blocks. The engine runs on its own thread (worker.py); the handlers only wait on it.
+frees its blocks. The engine runs in a process of its own (worker.py); the handlers only wait on it.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse
 
+from day0.runtime.loading import token_ids
 from day0.tools.serve.chat import ChatTemplateError
 from day0.tools.serve.generate import Generation, chat_logprobs, completion_logprobs, usage
 from day0.tools.serve.protocol import ApiError, ChatRequest, CompletionRequest, validation_error
@@ -41,7 +42,6 @@ REQUEST_ID_HEADER = "x-request-id"
 @dataclass
 class ServeOptions:
     model_name: str
-    max_waiting: int = 256
     graceful_s: float = 30.0  # on SIGTERM, how long running streams may go on (uvicorn's own limit)
 
 
@@ -77,12 +77,9 @@ class Service:
         return self.tok.encode(text)
 
     def job(self, request_id: str, ids: list[int], req, max_tokens: int | None, param: str, logprobs: int | None):
-        limit, vocab = self.engine.max_seq_len, self.engine.vocab_size
-        if not ids:
-            raise ApiError(400, "the prompt is empty: it needs at least one token", param)
-        bad = next((i for i in ids if i >= vocab), None)
-        if bad is not None:
-            raise ApiError(400, f"token id {bad} is outside the vocabulary [0, {vocab})", param)
+        limit = self.engine.max_seq_len
+        # the runtime's own check (empty, outside the vocabulary), as a 400 naming this request's field
+        token_ids(ids, self.engine.vocab_size, lambda message: ApiError(400, message, param))
         if len(ids) >= limit:
             raise ApiError(
                 400,

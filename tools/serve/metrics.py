@@ -46,8 +46,8 @@ class Metrics:
     def engine_counters(self, c: dict) -> None:
         """Set the gauges from `Engine.counters()`."""
         self.running.set(c["running"])
-        self.waiting.labels(kind="text").set(c.get("waiting_text", c["waiting"]))
-        self.waiting.labels(kind="image").set(c.get("waiting_image", 0))
+        for kind in ("text", "image"):
+            self.waiting.labels(kind=kind).set(c[f"waiting_{kind}"])
         self.blocks_used.set(c["blocks_used"])
         self.blocks_free.set(c["blocks_free"])
 

@@ -91,7 +91,7 @@ def serve(cfg: ServeConfig) -> None:
 
     worker, tokenizer, template, name = load_service(cfg)
     try:
-        app = create_app(worker, tokenizer, template, ServeOptions(name, cfg.max_waiting, cfg.graceful_s))
+        app = create_app(worker, tokenizer, template, ServeOptions(name, cfg.graceful_s))
         config = uvicorn.Config(
             app,
             host=cfg.host,
