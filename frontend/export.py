@@ -62,14 +62,15 @@ class _PrefillFirst(_Prefill):
 class _PagedStep(nn.Module):
     """A step over paged state (models/paging.py, CausalLM.step_paged): (ids [S], positions [S],
     tables [G, nb], slots [G], *pools, *slot tensors) -> (logits [S, V], next [G], *pools, *slot
-    tensors). G = 1: a prompt chunk of one sequence, `next` the greedy token after its last row;
-    G = S: a batched decode step, one token, table and slot per sequence, `next` per row.
+    tensors). G = 1: a prompt chunk of one sequence, `next` the greedy token after its last row
+    (`last`: logits [1, V] of that row only); G = S: a batched decode step, one token, table and
+    slot per sequence, `next` per row.
     NON_FINITE_TOKEN where a row is not all finite. Ids, positions, table entries and slots are
     clamped into range as in _Prefill; a pool holds whole blocks."""
 
-    def __init__(self, lm, block: int, batched: bool):
+    def __init__(self, lm, block: int, batched: bool, last: bool = False):
         super().__init__()
-        self.lm, self.block, self.batched = lm, block, batched
+        self.lm, self.block, self.batched, self.last = lm, block, batched, last
         pools, _ = lm.paged_state(block)
         self.pools = len(pools)
         self.block_rows = pools[0].shape[0] if pools else 0  # the first pool's rows per block
@@ -82,7 +83,7 @@ class _PagedStep(nn.Module):
         if len(state) > self.pools:  # slot tensors follow the pools
             slots = slots.clamp(0, state[self.pools].shape[0] - 1)
         logits, *state = self.lm.step_paged(
-            ids, positions, tables, slots, *state, block=self.block, batched=self.batched
+            ids, positions, tables, slots, *state, block=self.block, batched=self.batched, last=self.last
         )
         return (logits, greedy_token(logits, self.batched), *state)
 
@@ -112,18 +113,22 @@ def _row_sums(rows, lanes: int = 128):
 
 @dataclass(frozen=True)
 class PagedExport:
-    """The paged entry points to export: `paged_prefill` (one sequence's prompt chunk, S dynamic)
-    and `paged_decode_<B>` for each batch size B; pools of whole `block`-position blocks, their
-    count dynamic (chosen at load)."""
+    """The paged entry points to export: `paged_prefill` (one sequence's prompt chunk, S dynamic),
+    with `chunk` > 0 `paged_prefill_chunk` (S = chunk, static, the last row's logits only: IREE
+    compiles a static row count's matmuls for the tensor cores, a dynamic one's as matvecs), and
+    `paged_decode_<B>` for each batch size B; pools of whole `block`-position blocks, their count
+    dynamic (chosen at load)."""
 
     block: int
     batch_sizes: tuple[int, ...]
+    chunk: int = 0
 
 
 def paged_entry_points(paged: PagedExport | None) -> list[str]:
     if paged is None:
         return []
-    return ["paged_prefill"] + [f"paged_decode_{b}" for b in paged.batch_sizes]
+    static = ["paged_prefill_chunk"] if paged.chunk else []
+    return ["paged_prefill", *static] + [f"paged_decode_{b}" for b in paged.batch_sizes]
 
 
 def _paged_wrappers(lm, max_seq_len: int, paged: PagedExport) -> dict:
@@ -144,6 +149,13 @@ def _paged_wrappers(lm, max_seq_len: int, paged: PagedExport) -> dict:
             ({0: seq}, {0: seq}, {1: blocks}, None, state_shapes),
         )
     }
+    if paged.chunk:
+        c = paged.chunk
+        wrappers["paged_prefill_chunk"] = (
+            _PagedStep(lm, paged.block, batched=False, last=True),
+            (zeros(c), zeros(c), zeros(1, 2), zeros(1), *examples),
+            (None, None, {1: blocks}, None, state_shapes),
+        )
     for b in paged.batch_sizes:
         wrappers[f"paged_decode_{b}"] = (
             _PagedStep(lm, paged.block, batched=True),

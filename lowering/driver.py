@@ -277,7 +277,7 @@ def paged_export(model, options: BuildOptions):
             f"k-pools of the indexer (index_kpool = {multiple} in config.json)"
         )
     sizes = tuple(b for b in BATCH_SIZES if b < options.max_batch) + (options.max_batch,)
-    return PagedExport(options.block_size, sizes)
+    return PagedExport(options.block_size, sizes, prefill_chunk(model, options))
 
 
 def paged_entry_points(paged) -> dict:
@@ -294,6 +294,19 @@ def paged_entry_points(paged) -> dict:
             layout="paged",
         )
     }
+    if paged.chunk:
+        out["paged_prefill_chunk"] = EntryPoint(
+            (
+                f"ids[{paged.chunk}] int64",
+                f"positions[{paged.chunk}] int64",
+                "tables[1,nb] int64",
+                "slots[1] int64",
+                state,
+            ),
+            ("logits[1,V] float32 (the last row's)", NEXT, state),
+            static_len=paged.chunk,
+            layout="paged",
+        )
     for b in paged.batch_sizes:
         out[f"paged_decode_{b}"] = EntryPoint(
             (f"ids[{b}] int64", f"positions[{b}] int64", f"tables[{b},nb] int64", f"slots[{b}] int64", state),

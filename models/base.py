@@ -2,8 +2,8 @@
 checkpoint's dtypes, and the RoPE table.
 
 An architecture subclasses `CausalLM`, provides `state_specs()`, `step(ids, start, *state)`,
-`_run(ids, view, state)` (the step over caches addressed through a models/paging.py view, which
-`step_paged` uses) and `rope_dim()`, and declares the capabilities below that differ from their defaults; its module
+`_run(ids, view, state, last=False)` (the step over caches addressed through a models/paging.py view,
+which `step_paged` uses; `last`: the logits of the last row only) and `rope_dim()`, and declares the capabilities below that differ from their defaults; its module
 tree mirrors the checkpoint's tensor names exactly.
 """
 
@@ -145,12 +145,15 @@ class CausalLM(nn.Module):
         *state: Tensor,
         block: int,
         batched: bool = False,
+        last: bool = False,
     ) -> tuple[Tensor, ...]:
         """Run ids [S] at `positions` [S] over paged state (paged_state: the pools, then the slot
         tensors), through block tables [G, nb] and state slots [G]: G = 1, the tokens of one
         sequence; G = S, token s is its own sequence's (a batched decode step; models/paging.py).
         A sequence at position 0 starts from empty per-sequence state, whatever its slot held.
-        batched: a decode step (paged_view), which G > 1 implies. Returns (logits [S, V], *pools, *slot tensors)."""
+        batched: a decode step (paged_view), which G > 1 implies. Returns (logits [S, V], *pools, *slot
+        tensors); with `last`, logits [1, V] of the last row only (a prompt chunk whose other rows
+        nobody reads: the LM head is a large part of a chunk's work)."""
         specs = self.state_specs()
         per_sequence = [s.kind in SEQUENCE_KINDS for s in specs]
         pools, slotted = list(state[: per_sequence.count(False)]), list(state[per_sequence.count(False) :])
@@ -164,7 +167,7 @@ class CausalLM(nn.Module):
             held = next(taken_slots).index_select(0, slots)  # [G, *shape]
             held = torch.where(fresh.view(-1, *[1] * (held.dim() - 1)), torch.zeros_like(held), held)
             rows.append(held[0] if one else held)
-        logits, *new = self._run(ids, paged_view(positions, tables, block, batched), rows)
+        logits, *new = self._run(ids, paged_view(positions, tables, block, batched), rows, last=last)
         out_pools = [t for t, is_seq in zip(new, per_sequence) if not is_seq]
         out_slots = [
             full.index_copy(0, slots, t[None] if one else t)
@@ -172,8 +175,9 @@ class CausalLM(nn.Module):
         ]
         return (logits, *out_pools, *out_slots)
 
-    def _run(self, ids: Tensor, view: CacheView, state: list[Tensor]) -> tuple[Tensor, ...]:
-        """ids [S] over `state` (state_specs order) addressed through `view` -> (logits [S, V], *state)."""
+    def _run(self, ids: Tensor, view: CacheView, state: list[Tensor], last: bool = False) -> tuple[Tensor, ...]:
+        """ids [S] over `state` (state_specs order) addressed through `view` -> (logits [S, V], *state);
+        `last`: logits [1, V] of the last row only."""
         raise NotImplementedError
 
     def rope_at(self, positions: Tensor) -> tuple[Tensor, Tensor]:

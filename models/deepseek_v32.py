@@ -142,7 +142,7 @@ class DeepseekV32(CausalLM):
         keys = ids.shape[0] if first_turn else self.max_seq_len  # L, the key range
         return self._run(ids, dense_view(positions, keys), state)
 
-    def _run(self, ids: Tensor, view: CacheView, state) -> tuple[Tensor, ...]:
+    def _run(self, ids: Tensor, view: CacheView, state, last: bool = False) -> tuple[Tensor, ...]:
         n = self.cfg.num_hidden_layers
         kv_caches, index_caches = list(state[:n]), list(state[n:])
         cos, sin = self.rope_at(view.positions)
@@ -151,6 +151,6 @@ class DeepseekV32(CausalLM):
             h, kv_caches[i], index_caches[i] = layer(
                 h, view, cos, sin, kv_caches[i], index_caches[i], self.selection_width()
             )
-        h = self.model.norm(h)
+        h = self.model.norm(h[-1:] if last else h)
         head = self.model.embed_tokens if self.lm_head is None else self.lm_head
         return (h @ head.weight.float().T, *kv_caches, *index_caches)

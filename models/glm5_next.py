@@ -314,7 +314,9 @@ class Glm5Next(CausalLM):
         positions = start + torch.arange(ids.shape[0], dtype=torch.int64)  # [S]
         return self._run(ids, dense_view(positions, self.max_seq_len), state, trace)
 
-    def _run(self, ids: Tensor, view: CacheView, state, trace: list | None = None) -> tuple[Tensor, ...]:
+    def _run(
+        self, ids: Tensor, view: CacheView, state, trace: list | None = None, last: bool = False
+    ) -> tuple[Tensor, ...]:
         state = list(state)
         lm = self.model.language_model
         x = lm.embed_tokens.weight.index_select(0, ids).float()  # [S, hidden]
@@ -328,6 +330,6 @@ class Glm5Next(CausalLM):
             if trace is not None and selected is not None:
                 trace.append((i, selected))
             at += n
-        h = lm.norm(h.mean(1))
+        h = lm.norm((h[-1:] if last else h).mean(1))
         head = lm.embed_tokens if self.lm_head is None else self.lm_head
         return (h @ head.weight.float().T, *state)

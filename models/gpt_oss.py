@@ -231,7 +231,7 @@ class GptOss(CausalLM):
         positions = start + torch.arange(ids.shape[0], dtype=torch.int64)  # [S]
         return self._run(ids, dense_view(positions, self.max_seq_len), state)
 
-    def _run(self, ids: Tensor, view: CacheView, state) -> tuple[Tensor, ...]:
+    def _run(self, ids: Tensor, view: CacheView, state, last: bool = False) -> tuple[Tensor, ...]:
         n = self.cfg.num_hidden_layers
         k_caches, v_caches = list(state[:n]), list(state[n:])
         cos, sin = self.rope_at(view.positions)
@@ -239,6 +239,6 @@ class GptOss(CausalLM):
         h = self.model.embed_tokens.weight.index_select(0, ids).float()  # [S, hidden]
         for i, layer in enumerate(self.model.layers):
             h, k_caches[i], v_caches[i] = layer(h, view, cos, sin, masks[self.windows[i]], k_caches[i], v_caches[i])
-        h = self.model.norm(h)
+        h = self.model.norm(h[-1:] if last else h)
         head = self.model.embed_tokens if self.lm_head is None else self.lm_head
         return (h @ head.weight.float().T, *k_caches, *v_caches)

@@ -275,7 +275,7 @@ class KimiLinear(CausalLM):
         positions = start + torch.arange(ids.shape[0], dtype=torch.int64)  # [S]
         return self._run(ids, dense_view(positions, self.max_seq_len), state)
 
-    def _run(self, ids: Tensor, view: CacheView, state) -> tuple[Tensor, ...]:
+    def _run(self, ids: Tensor, view: CacheView, state, last: bool = False) -> tuple[Tensor, ...]:
         state = list(state)
         h = self.model.embed_tokens.weight.index_select(0, ids).float()  # [S, hidden]
         at = 0
@@ -283,5 +283,5 @@ class KimiLinear(CausalLM):
             n = 2 if layer.is_kda else 1
             h, *state[at : at + n] = layer(h, view, *state[at : at + n])  # (slice target)
             at += n
-        h = self.model.norm(h)
+        h = self.model.norm(h[-1:] if last else h)
         return (h @ self.lm_head.weight.float().T, *state)

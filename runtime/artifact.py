@@ -166,6 +166,12 @@ class Manifest:
         return entry.static_len if entry else 0
 
     @property
+    def paged_prefill_chunk(self) -> int:
+        """The static length of the paged prompt chunk (0: the artifact has none)."""
+        entry = self.entry_points.get("paged_prefill_chunk")
+        return entry.static_len if entry else 0
+
+    @property
     def eos_token_ids(self) -> frozenset[int]:
         eos = self.eos_token_id
         return frozenset(eos if isinstance(eos, list) else [] if eos is None else [eos])
@@ -356,7 +362,7 @@ def check_signatures(manifest: Manifest, reflection: dict[str, dict[str, str]], 
                 raise ArtifactError(f"{where}: paged entry point '{name}' but no paged layout in the manifest")
             state = [((None, *p.shape[1:]), p.dtype) for p in manifest.paged.pools]
             state += [((None, *s.shape), s.dtype) for s in manifest.paged.slots]
-            n, g = entry.batch or None, entry.batch or 1
+            n, g = entry.batch or entry.static_len or None, entry.batch or 1
             expected_args = [((n,), "int64"), ((n,), "int64"), ((g, None), "int64"), ((g,), "int64"), *state]
         else:
             state = [(tuple(s.shape), s.dtype) for s in manifest.state]

@@ -1,6 +1,6 @@
 """`Engine`: many sequences at once over paged caches (an artifact compiled with --max-batch).
 
-    eng = Engine.load(artifact_dir, num_blocks=None, memory_bytes=None, chunk=64, max_running=None)
+    eng = Engine.load(artifact_dir, num_blocks=None, memory_bytes=None, chunk=None, max_running=None)
     rid = eng.add([1, 2, 3], max_new_tokens=16, temperature=0.0, stop=(2,))   # a request id
     done = eng.step()        # {rid: Progress(tokens=[...], finished=None | "length" | "stop" | ...)}
     eng.abort(rid)
@@ -22,10 +22,16 @@ One `step`:
     block, and a request that could never fit is refused at `add` with the numbers. The older
     head of the two queues goes first; a head that does not fit blocks its own queue only (FIFO
     within a kind, so a large request is not starved by smaller ones behind it).
- 2. One prompt chunk: the oldest admitted sequence still in its prompt runs its next chunk of at
-    most `chunk` tokens (`paged_prefill`; a 1-token remainder runs as a decode row); when both
-    kinds have prompts to run, the kinds take turns step by step. A long prompt delays the
-    running sequences by at most one chunk per step.
+ 2. One prompt chunk: the oldest admitted sequence still in its prompt runs its next `chunk`
+    tokens; when both kinds have prompts to run, the kinds take turns step by step. A long prompt
+    delays the running sequences by at most one chunk per step. Where the artifact has a static
+    prompt chunk of C tokens (`paged_prefill_chunk`: models whose state is all indexed by
+    position, `--prefill-chunk`, 512 on cuda-sm90) and the chunk has room for C, the prompt runs
+    in pieces of exactly C, the last one ending at the prompt's end and overlapping the piece
+    before it (the overlap rewrites the same rows), like Session's static chunks; only its last
+    row's logits are computed. A static row count is what puts IREE's matmuls on the tensor cores
+    (docs/perf.md). Prompts shorter than C, chunks smaller than C, and requests that keep every
+    logits row run `paged_prefill` (a dynamic length; a 1-token remainder runs as a decode row).
  3. One decode step for every sequence past its prompt: one token each, in batches of the
     compiled sizes (`paged_decode_<B>`; rows beyond the batch point at the scratch block).
 Greedy requests take the device's next token (only ids are read back); the others sample on the
@@ -50,6 +56,7 @@ from day0.runtime.state_file import np_dtype
 SCRATCH_SLOT = 0  # the slot padding rows of a batched step use; never a sequence's
 KINDS = ("text", "image")  # request kinds, each with its own waiting queue
 MAX_LOGPROBS = 20  # the most alternatives a request may ask for per token
+DEFAULT_CHUNK = 64  # prompt tokens a step, for an artifact without a static prompt chunk
 
 
 class EngineError(ValueError):
@@ -113,7 +120,7 @@ class Engine:
         vm,
         num_blocks: int | None,
         memory_bytes: int | None,
-        chunk: int,
+        chunk: int | None,
         max_running: int | None = None,
     ):
         """Engine.load's arguments, as there."""
@@ -135,6 +142,10 @@ class Engine:
         self._state = [vm.to_device(np.zeros(shape, dtype=np_dtype(dtype))) for *shape, dtype in shapes]
         self._free_slots = list(range(max_running, SCRATCH_SLOT, -1))  # pop() hands out low numbers first
         self._prefill = vm.function("paged_prefill")
+        self.static_chunk = manifest.paged_prefill_chunk  # C, or 0: none
+        self._prefill_static = vm.function("paged_prefill_chunk") if self.static_chunk else None
+        if self.chunk is None:
+            self.chunk = self.static_chunk or DEFAULT_CHUNK
         self._decode = {b: vm.function(f"paged_decode_{b}") for b in self.layout.batch_sizes}
         self._ids = itertools.count()
         self._waiting: dict[str, list[_Sequence]] = {k: [] for k in KINDS}
@@ -148,7 +159,7 @@ class Engine:
         device: str | None = None,
         num_blocks: int | None = None,
         memory_bytes: int | None = None,
-        chunk: int = 64,
+        chunk: int | None = None,
         verify: bool = True,
         checkpoint_dir=None,
         max_running: int | None = None,
@@ -156,8 +167,9 @@ class Engine:
         """Load an artifact compiled with --max-batch. At most `max_running` sequences run at
         once (default: the largest compiled batch); the pools get `num_blocks` blocks, or as many
         as `memory_bytes` holds beside the running sequences' slots, or (neither) enough for each
-        running sequence to reach max_seq_len. `chunk`: the most prompt tokens one step runs."""
-        if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
+        running sequence to reach max_seq_len. `chunk`: the most prompt tokens one step runs
+        (default: the artifact's static prompt chunk, else DEFAULT_CHUNK)."""
+        if chunk is not None and (not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1):
             raise EngineError(f"chunk must be an integer >= 1, got {chunk!r}")
         manifest, vm = open_artifact(artifact_dir, device, verify, checkpoint_dir)
         return cls(manifest, vm, num_blocks, memory_bytes, chunk, max_running)
@@ -304,23 +316,41 @@ class Engine:
         self._state = list(out[2:])
         return out[0], out[1]
 
+    def _prompt_pieces(self, seq: _Sequence) -> list[tuple[int, int, bool]]:
+        """This step's calls for `seq`'s prompt, (start, end, static), at most `chunk` tokens of
+        work in all (module docstring)."""
+        n, at, budget, c = seq.prompt.size, seq.fed, self.chunk, self.static_chunk
+        static = c and n >= c and not seq.keep_logits
+        pieces = []
+        while at < n and budget > 0:
+            if static and budget >= c:
+                start = min(at, n - c)  # the last piece overlaps the one before it
+                pieces.append((start, start + c, True))
+                budget, at = budget - c, start + c
+            else:
+                end = min(n, at + budget)
+                pieces.append((at, end, False))
+                budget, at = budget - (end - at), end
+        return pieces
+
     def _run_prompt_chunk(self, seq: _Sequence, progress: dict[int, Progress]) -> None:
-        start = seq.fed
-        ids = seq.prompt[start : start + self.chunk]
-        if ids.size == 1:  # the prefill step takes >= 2 tokens; one runs as a decode row
-            self._run_decode([seq], progress, prompt_token=True)
-            return
-        positions = np.arange(start, start + ids.size, dtype=np.int64)
-        table = np.array(self._table(seq, start + ids.size), dtype=np.int64)[None, :]
-        logits, nxt = self._call(self._prefill, ids, positions, table, np.array([seq.slot], dtype=np.int64))
-        seq.fed += ids.size
-        p = progress.setdefault(seq.id, Progress())
-        host = np.array(logits.to_host(), copy=True) if seq.needs_row else None
-        if seq.keep_logits:
-            p.logits.extend(host)
-        if not seq.in_prompt:
-            token = int(np.asarray(nxt.to_host()).reshape(-1)[0]) if seq.greedy else None
-            self._emit(seq, p, token, None if host is None else host[-1])
+        for start, end, static in self._prompt_pieces(seq):
+            if end - start == 1:  # the prefill steps take >= 2 tokens; one runs as a decode row
+                self._run_decode([seq], progress, prompt_token=True)
+                continue
+            fn = self._prefill_static if static else self._prefill
+            positions = np.arange(start, end, dtype=np.int64)
+            table = np.array(self._table(seq, end), dtype=np.int64)[None, :]
+            slot = np.array([seq.slot], dtype=np.int64)
+            logits, nxt = self._call(fn, seq.prompt[start:end], positions, table, slot)
+            seq.fed = end
+            p = progress.setdefault(seq.id, Progress())
+            host = np.array(logits.to_host(), copy=True) if seq.needs_row else None
+            if seq.keep_logits:  # never a static piece: its rows are all there
+                p.logits.extend(host)
+            if not seq.in_prompt:
+                token = int(np.asarray(nxt.to_host()).reshape(-1)[0]) if seq.greedy else None
+                self._emit(seq, p, token, None if host is None else host[-1])
 
     def _run_decode(self, seqs: list[_Sequence], progress: dict[int, Progress], prompt_token: bool = False) -> None:
         size = min(b for b in self._decode if b >= len(seqs))

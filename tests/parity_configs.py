@@ -104,8 +104,8 @@ _GLM_MXFP4 = dict(
 
 PARITY = {
     # K = 8 < prompt 20, one tile; no tokenizer (tests the --prompt error). Also the Engine's paged
-    # entry points: blocks of 4 positions, batched decode steps for 1 and 3 sequences
-    # (tests/test_engine.py; its dense entry points serve as the oracle).
+    # entry points: blocks of 4 positions, batched decode steps for 1 and 3 sequences, static
+    # prompt chunks of 8 (tests/test_engine.py; its dense entry points serve as the oracle).
     "ds-sparse": dict(
         arch="deepseek_v32",
         config=_DS_SPARSE,
@@ -116,6 +116,7 @@ PARITY = {
         tokenizer=False,
         max_batch=3,
         block_size=4,
+        prefill_chunk=8,
     ),
     # K = 24 in tiles of 8, prompt 40 > K; prompts of 16+ tokens run as static chunks of 16 (the
     # cuda-sm90 form; the 40-token prompt: 0-16, 16-32, then 24-40 re-running 24-32).
@@ -146,7 +147,15 @@ PARITY = {
     # gpt-oss MXFP4 checkpoints (gpt-oss layout): 2 layers / 4 experts (also paged, as ds-sparse);
     # hidden 96, 8 experts, 3 layers; 4 layers with YaRN rope shaped like the released config.
     "oss-base": dict(
-        arch="gpt_oss", config={}, seed=1, max_seq_len=48, prompt=8, experts="gpt-oss", max_batch=3, block_size=4
+        arch="gpt_oss",
+        config={},
+        seed=1,
+        max_seq_len=48,
+        prompt=8,
+        experts="gpt-oss",
+        max_batch=3,
+        block_size=4,
+        prefill_chunk=8,
     ),
     "oss-wide": dict(
         arch="gpt_oss",

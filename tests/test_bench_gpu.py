@@ -91,6 +91,8 @@ def test_bench_gpu_package_runs_from_its_own_sources(tmp_path):
     assert check["same_greedy_rows"] == 1.0 and check["session_decode_ms"] > 0
     sizes = engine["bytes_per_sequence"]
     assert sizes[str(spec["engine"]["prompt"])] > sizes[str(spec["engine"]["short_prompt"])] > 0
+    ttft = engine["ttft_s"]
+    assert sorted(ttft) == sorted(str(spec["engine"][k]) for k in ("prompt", "short_prompt")) and min(ttft.values()) > 0
     # day0 serve on the same artifact: every request answered, against the Engine alone
     assert serve["piece"] == "serve" and [r["concurrency"] for r in serve["rows"]] == [1, 3]
     for row, clients in zip(serve["rows"], (1, 3)):

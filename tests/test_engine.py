@@ -85,6 +85,38 @@ def test_sequences_together_equal_each_alone(artifact, name):
     assert engine.counters() == {**idle, "slots_free": engine.max_running}
 
 
+@pytest.mark.parametrize("name", ["ds-sparse", "oss-base"])
+def test_static_prompt_chunks_give_what_session_gives(artifact, name):
+    """The artifacts' static prompt chunk of 8 (`paged_prefill_chunk`, the last row's logits
+    only): prompts of 5 (shorter: the dynamic step), 8 (one chunk), 13 (one, then one overlapping
+    it by 3 rows) and 21 tokens (two, then an overlap by 3) give Session's greedy tokens, and each
+    token's log-probabilities (the first from the chunk's last row, the rest from decode steps
+    reading the rows the chunks wrote) are the log-softmax of Session's rows."""
+    engine = Engine.load(artifact(name))
+    assert (engine.static_chunk, engine.chunk) == (8, 8)  # the default chunk: the static one
+    calls = []
+    static = engine._prefill_static
+    engine._prefill_static = lambda *a: calls.append(a[0].size) or static(*a)
+    prompts = {n: _ids(n, 40 + n) for n in (5, 8, 13, 21)}
+    rids = {engine.add(p, max_new_tokens=5, stop=(), logprobs=20): n for n, p in prompts.items()}
+    tokens, lps = {n: [] for n in prompts}, {n: [] for n in prompts}
+    while engine.has_work():
+        for r, prog in engine.step().items():
+            tokens[rids[r]] += prog.tokens
+            lps[rids[r]] += prog.logprobs
+    assert calls == [8] * 6  # 0 + 1 + 2 + 3 static chunks
+    for recurrent in ("kl-base", "glm-base"):  # KDA state: re-running rows is not exact, so no static chunk
+        assert "paged_prefill_chunk" not in Engine.load(artifact(recurrent)).manifest.entry_points
+    for n, prompt in prompts.items():
+        assert tokens[n] == Session.load(artifact(name)).generate(prompt, max_new_tokens=5, stop_at_eos=False), n
+        rows = _alone(artifact, name, prompt, tokens[n])[n - 1 :].astype(np.float64)
+        for row, token, (lp, best) in zip(rows, tokens[n], lps[n], strict=True):
+            ref = row - row.max() - np.log(np.exp(row - row.max()).sum())
+            assert abs(lp - ref[token]) < TOL * np.abs(row).max(), n
+            assert max(abs(got - ref[t]) for t, got in best) < TOL * np.abs(row).max(), n
+            assert {t for t, _ in best} == set(np.argsort(-ref, kind="stable")[:20].tolist()), n
+
+
 def test_a_short_pool_makes_requests_wait_not_fail(artifact, name):
     """A pool of 7 blocks (28 positions) holds one of these requests at a time: the others wait,
     then finish with the tokens they have alone; then a sequence on reused blocks equals a

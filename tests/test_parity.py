@@ -153,7 +153,7 @@ def test_static_prefill_chunk_entry(artifact):
 
     s = Session.load(artifact("ds-tiles"))
     assert s.manifest.entry_points["prefill_chunk"].static_len == s._chunk_len == 16
-    assert Session.load(artifact("ds-sparse"))._chunk_len == 0
+    assert Session.load(artifact("ds-sharded"))._chunk_len == 0
     asked = BuildOptions(prefill_chunk=16, max_seq_len=64)
     assert prefill_chunk(object.__new__(DeepseekV32), asked) == 16
     assert prefill_chunk(object.__new__(KimiLinear), asked) == 0  # KDA state: re-running is not exact

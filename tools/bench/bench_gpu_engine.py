@@ -169,6 +169,15 @@ def _fill(eng, prompts: list[list[int]], keep_first: bool, new_tokens: int) -> d
     return run
 
 
+def _ttft(eng, prompt: list[int]) -> float:
+    """Seconds from adding a greedy request alone to its first token (its prompt's chunks)."""
+    t0 = time.perf_counter()
+    rid = eng.add(prompt, max_new_tokens=1, stop=())
+    while eng.phase(rid) is not None:  # one new token: it finishes with its first
+        eng.step()
+    return time.perf_counter() - t0
+
+
 def _copies(eng, run: dict, count: int, new_tokens: int, rng) -> None:
     """`count` more running sequences, the i-th a copy of run's (i mod distinct)-th: the same
     prompt and cache rows in blocks of its own, its source's slot state, and a random token of
@@ -310,6 +319,10 @@ def run(pkg: Path, spec: dict, device: str, bw: float) -> dict:
     res["bytes_per_sequence"] = {e["short_prompt"]: eng.counters()["blocks_used"] * eng.layout.block_bytes}
     eng.abort(short["rids"][0])
     print(f"engine prompt of {e['short_prompt']} in {short['prefill_s']:.2f} s", flush=True)
+    res["ttft_s"] = {
+        n: _ttft(eng, rng.integers(0, raw["vocab_size"], n).tolist()) for n in (e["short_prompt"], e["prompt"])
+    }
+    print(f"engine time to first token {res['ttft_s']}", flush=True)
     # `distinct` prompts run, the rest are copies (_copies); then sequences are aborted down to
     # each smaller batch (the first one, checked against Session, stays to the end)
     prompts = [rng.integers(0, raw["vocab_size"], e["prompt"]).tolist() for _ in range(distinct)]
@@ -372,6 +385,11 @@ def table(r: dict) -> str:
     lines.append(
         f"engine: prompts of {r['prompt']} tokens, blocks of {r['block_size']}; bytes per sequence {r['bytes_per_sequence']}"
     )
+    if "ttft_s" in r:
+        lines.append(
+            "engine: time to first token (one request alone) "
+            + ", ".join(f"{n} tokens {1e3 * s:.0f} ms" for n, s in r["ttft_s"].items())
+        )
     return "\n".join(lines)
 
 
