@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from day0.frontend import ops
-from day0.models.layers import linear, rotate_half_split
+from day0.models.layers import linear, rope_columns
 
 INVISIBLE = -1e30  # the score of a position a query may not select
 
@@ -51,7 +51,7 @@ class Indexer(nn.Module):
         k = F.layer_norm(
             linear(x, self.wk), (self.head_dim,), self.k_norm.weight.float(), self.k_norm.bias.float(), self.k_norm.eps
         )
-        return torch.cat([rotate_half_split(k[:, : self.rope_dim], cos, sin), k[:, self.rope_dim :]], -1)
+        return rope_columns(k, cos, sin, 0, self.rope_dim, interleaved=False)
 
     def select(
         self,
@@ -72,13 +72,18 @@ class Indexer(nn.Module):
         """
         s = x.shape[0]
         q = linear(q_resid, self.wq_b).view(s, self.heads, self.head_dim)
-        q = torch.cat([rotate_half_split(q[..., : self.rope_dim], cos, sin), q[..., self.rope_dim :]], -1)
+        q = rope_columns(q, cos, sin, 0, self.rope_dim, interleaved=False)
         weights = linear(x, self.weights_proj) * self.heads**-0.5  # [S, H_I]
         # Σ_h w_h · relu(q_h · k_t / sqrt(d_I)): [S, L]
         cache, rows = keys
         index = ops.indexer_scores(q, cache, weights, self.head_dim**-0.5, rows)
-        index = index.masked_fill(~visible, INVISIBLE)
         # k empty columns keep top-k defined when fewer than k keys are in range (a short first
-        # prefill over its own L = S keys); they come back as -1 like any invisible slot.
-        index = F.pad(index, (0, k), value=INVISIBLE)
-        return select_topk(index, k)
+        # prefill over its own L = S keys); they come back as -1 like any invisible slot. Written
+        # as one elementwise expression over L + k columns (each reads its own column through a
+        # clamped index) rather than a masked_fill and an F.pad, whose fill was a launch of its
+        # own in every decode step.
+        width = index.shape[-1]
+        col = torch.arange(width + k)
+        inside = col.clamp(max=width - 1)
+        keep = (col < width) & visible.index_select(-1, inside)
+        return select_topk(torch.where(keep, index.index_select(-1, inside), INVISIBLE), k)

@@ -77,19 +77,37 @@ def _rotate_halves(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return (halves * c + halves.flip(-2) * s).flatten(-2)
 
 
-def rotate_interleaved(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """DeepSeek MLA rope on pairs (x0,x1),(x2,x3)…, emitted de-interleaved [evens', odds'].
-
-    q and k both get the same permutation, so their dot products equal the interleaved form's.
-    x: [S, ..., d]; cos, sin: [S, d/2] (broadcast over the middle dims).
-    """
-    evens_odds = x.unflatten(-1, (-1, 2)).transpose(-1, -2).flatten(-2)  # [x0, x2, …, x1, x3, …]
-    return _rotate_halves(evens_odds, cos, sin)
-
-
 def rotate_half_split(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Llama-style (non-interleaved) rope: halves (x1, x2) -> (x1·c − x2·s, x2·c + x1·s)."""
     return _rotate_halves(x, cos, sin)
+
+
+def rope_columns(x: Tensor, cos: Tensor, sin: Tensor, start: int, width: int, interleaved: bool) -> Tensor:
+    """x [S, ..., d] with its columns [start, start + width) rotated and every other column
+    unchanged, bit for bit what a torch.cat of the rotated part and the rest gives. cos, sin:
+    [S, width/2]. `interleaved`: DeepSeek's rope on pairs (x0, x1), (x2, x3)…, emitted
+    de-interleaved [evens', odds'] (q and k get the same permutation, so their dot products
+    equal the interleaved form's); else `rotate_half_split`'s halves.
+
+    Written as one elementwise expression over x: each output column reads its source and its
+    partner column through a constant index (and its frequency's cos/sin the same way). IREE
+    fuses such gathers into the producer's dispatch, where the slices and the cat were copies
+    and dispatches of their own in every decode step (docs/perf.md, launches)."""
+    d, half = x.shape[-1], width // 2
+    j = torch.arange(d)
+    inside = (j >= start) & (j < start + width)
+    k = (j - start).clamp(0, width - 1)  # the column within the rotated part
+    m, first = k % half, k < half  # its frequency, and whether it is in the first half
+    if interleaved:  # pairs (2m, 2m+1): the first half takes the evens, the second the odds
+        src, partner = start + 2 * m + (~first).long(), start + 2 * m + first.long()
+    else:
+        src, partner = start + k, start + torch.where(first, k + half, k - half)
+    src, partner = torch.where(inside, src, j), torch.where(inside, partner, j)
+    shape = (cos.shape[0],) + (1,) * (x.dim() - 2) + (d,)
+    c = cos.index_select(-1, m).reshape(shape)
+    s = torch.where(first, -sin.index_select(-1, m), sin.index_select(-1, m)).reshape(shape)
+    rotated = x.index_select(-1, src) * c + x.index_select(-1, partner) * s
+    return torch.where(inside, rotated, x)
 
 
 def yarn_mscale(scale: float, mscale: float) -> float:

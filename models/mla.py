@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 import day0.frontend.ops  # noqa: F401  (registers torch.ops.day0.*)
 from day0.models.dsa_indexer import Indexer
-from day0.models.layers import RMSNorm, linear, rotate_interleaved, yarn_mscale
+from day0.models.layers import RMSNorm, linear, rope_columns, yarn_mscale
 from day0.models.paging import CacheView
 
 
@@ -56,13 +56,12 @@ class SparseMLA(nn.Module):
         s = x.shape[0]
         q_resid = self.q_a_layernorm(linear(x, self.q_a_proj))
         q = linear(q_resid, self.q_b_proj).view(s, self.heads, self.nope + self.rope)
-        q_nope, q_rope = q[..., : self.nope], rotate_interleaved(q[..., self.nope :], cos, sin)
+        q_nope, q_rope = q[..., : self.nope], rope_columns(q, cos, sin, self.nope, self.rope, True)[..., self.nope :]
 
         compressed = linear(x, self.kv_a_proj_with_mqa)
-        latent = self.kv_a_layernorm(compressed[:, : self.rank])
-        k_rope = rotate_interleaved(compressed[:, self.rank :], cos, sin)
+        row = cache_row(compressed, self.kv_a_layernorm, rope_columns(compressed, cos, sin, self.rank, self.rope, True))
         # caches may be bf16 (CausalLM.cache_dtype): rows are rounded once, when written
-        kv_cache = kv_cache.index_copy(0, view.rows, torch.cat([latent, k_rope], -1).to(kv_cache.dtype))
+        kv_cache = kv_cache.index_copy(0, view.rows, row.to(kv_cache.dtype))
         index_cache = index_cache.index_copy(0, view.rows, self.indexer.keys(x, cos, sin).to(index_cache.dtype))
 
         # slots of the key range, then the cache rows holding them
@@ -77,6 +76,19 @@ class SparseMLA(nn.Module):
         o_latent = torch.ops.day0.dsa_attention(query.to(kv_cache.dtype), kv_cache, selected, self.scale, self.rank)
         o = apply_uv(o_latent, w_kv[:, self.nope :])
         return linear(o.reshape(s, self.heads * self.v), self.o_proj), kv_cache, index_cache
+
+
+def cache_row(compressed: Tensor, norm: RMSNorm, rotated: Tensor) -> Tensor:
+    """The cache row [norm(latent) | the rest] of compressed [S, rank + r] (rank = norm's width):
+    the latent columns normalized (RMSNorm's arithmetic, in its order), the others taken from
+    `rotated` (compressed with its rope columns rotated: layers.rope_columns; or compressed
+    itself). One elementwise expression beside the norm's reduction: a torch.cat of the two
+    parts costs copies and dispatches of their own in every decode step."""
+    rank = norm.weight.shape[0]
+    latent = compressed[:, :rank]
+    inv = torch.rsqrt(latent.pow(2).mean(-1, keepdim=True) + norm.eps)
+    weight = torch.nn.functional.pad(norm.weight.float(), (0, compressed.shape[-1] - rank), value=1.0)
+    return torch.where(torch.arange(compressed.shape[-1]) < rank, weight * (rotated * inv), rotated)
 
 
 def absorb_uk(q_nope: Tensor, w_uk: Tensor) -> Tensor:
@@ -159,8 +171,7 @@ class NopeMLA(nn.Module):
     def write_cache(self, x: Tensor, rows: Tensor, kv_cache: Tensor) -> Tensor:
         """kv_cache with the rows [latent | k_shared] of x [S, hidden] written at cache `rows` [S]."""
         compressed = linear(x, self.kv_a_proj_with_mqa)
-        latent = self.kv_a_layernorm(compressed[:, : self.rank])
-        return kv_cache.index_copy(0, rows, torch.cat([latent, compressed[:, self.rank :]], -1))
+        return kv_cache.index_copy(0, rows, cache_row(compressed, self.kv_a_layernorm, compressed))
 
     def output(self, o_latent: Tensor) -> Tensor:
         """Attention output in the latent space [S, H, rank] -> [S, hidden] (W_uv, then o_proj)."""

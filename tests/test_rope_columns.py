@@ -1,0 +1,33 @@
+"""layers.rope_columns: rope on a range of columns as one elementwise expression equals, bit for
+bit, the rotated slice concatenated with the untouched columns (the form it replaced)."""
+
+import pytest
+import torch
+
+from day0.models.layers import rope_columns
+
+
+def _pairs(x, cos, sin):
+    """DeepSeek's interleaved rope on pairs (x[2m], x[2m+1]), emitted [evens', odds']."""
+    even, odd = x[..., 0::2], x[..., 1::2]
+    return torch.cat([even * cos - odd * sin, odd * cos + even * sin], -1)
+
+
+def _halves(x, cos, sin):
+    first, second = x.chunk(2, -1)
+    return torch.cat([first * cos - second * sin, second * cos + first * sin], -1)
+
+
+@pytest.mark.parametrize("interleaved", [True, False])
+@pytest.mark.parametrize("start", [0, 10, 24])
+@pytest.mark.parametrize("middle", [(), (3,)])
+def test_rope_columns_equals_the_concatenated_form(interleaved, start, middle):
+    g = torch.Generator().manual_seed(start)
+    x = torch.randn(5, *middle, 40, generator=g)
+    cos, sin = torch.randn(5, 8, generator=g), torch.randn(5, 8, generator=g)
+    wide = (5,) + (1,) * len(middle) + (8,)
+    part = (_pairs if interleaved else _halves)(x[..., start : start + 16], cos.reshape(wide), sin.reshape(wide))
+    want = torch.cat([x[..., :start], part, x[..., start + 16 :]], -1)
+    got = rope_columns(x, cos, sin, start, 16, interleaved)
+    assert torch.equal(got, want)
+    assert not torch.equal(got, x)  # the rotation did something
