@@ -132,7 +132,9 @@ class Engine:
         elif isinstance(max_running, bool) or not isinstance(max_running, int) or max_running < 1:
             raise EngineError(f"max_running must be an integer >= 1, got {max_running!r}")
         num_blocks = _block_count(manifest, num_blocks, memory_bytes, max_running)
-        self.manifest, self._vm, self.chunk, self.max_running = manifest, vm, chunk, max_running
+        self.manifest, self._vm, self.max_running = manifest, vm, max_running
+        self.static_chunk = manifest.paged_prefill_chunk  # C, or 0: none
+        self.chunk = chunk or self.static_chunk or DEFAULT_CHUNK
         self.blocks = BlockPool(num_blocks, self.layout.block_size)
         self.vocab_size, self.max_seq_len = manifest.vocab_size, manifest.max_seq_len
         self.eos_token_ids = manifest.eos_token_ids
@@ -142,10 +144,7 @@ class Engine:
         self._state = [vm.to_device(np.zeros(shape, dtype=np_dtype(dtype))) for *shape, dtype in shapes]
         self._free_slots = list(range(max_running, SCRATCH_SLOT, -1))  # pop() hands out low numbers first
         self._prefill = vm.function("paged_prefill")
-        self.static_chunk = manifest.paged_prefill_chunk  # C, or 0: none
         self._prefill_static = vm.function("paged_prefill_chunk") if self.static_chunk else None
-        if self.chunk is None:
-            self.chunk = self.static_chunk or DEFAULT_CHUNK
         self._decode = {b: vm.function(f"paged_decode_{b}") for b in self.layout.batch_sizes}
         self._ids = itertools.count()
         self._waiting: dict[str, list[_Sequence]] = {k: [] for k in KINDS}
