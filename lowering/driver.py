@@ -202,7 +202,7 @@ def compile_checkpoint(
 
         progress("passes", "start")
         width = model.selection_width()
-        dsa = DsaShape(width, model.dsa_block(), options.dsa_tile) if width is not None else None
+        dsa = DsaShape(width, model.dsa_block(), options.dsa_tile, options.max_seq_len) if width is not None else None
         with new_context():
             module = parse_module(exported.mlir)
             for i, p in enumerate(parse_pipeline(target.pipeline(dsa)), start=1):

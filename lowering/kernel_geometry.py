@@ -245,17 +245,23 @@ TOPK_SELECT = KernelSet(
         # x, total, cum | header, out_idx, out_val, cand ; n, segs, k
         Entry("day0_topk_collect", (True, True, True, False, False, False, False), 3, 2),
         Entry("day0_topk_finish", (True, True, True, False, False), 2, 1),  # x, header, cand, idx, val | n, k
-        Entry("day0_topk_small", (True, False, False), 2, 1),  # x | idx, val ; n, k (n <= TOPK_SMALL_ROW)
+        Entry("day0_topk_small", (True, False, False), 2, 1),  # x | idx, val ; n, k (any n: one CTA a row)
     ),
 )
 TOPK_SEGMENT = 8192  # row elements per CTA of hist and collect (SEG)
 TOPK_BINS = 2048  # first-pass histogram bins: the top 11 key bits (BINS)
-TOPK_SMALL_ROW = 8192  # static rows up to this length take day0_topk_small (SMALL_N)
+TOPK_SMALL_ROW = 8192  # day0_topk_small keeps rows up to this long in shared memory (SMALL_N)
+# Rows up to this length take day0_topk_small, one launch; longer ones the four launches of the
+# segmented form, whose CTAs share a row. Past SMALL_N the one CTA reads its row from global
+# memory (L2) on each of its four passes (docs/perf.md, "Radix top-k kernels alone").
+TOPK_ONE_CTA_ROW = 16384
 
 
-def topk_is_small(n: int | None) -> bool:
-    """Whether rows of static length n (None: dynamic) take the one-kernel form."""
-    return n is not None and n <= TOPK_SMALL_ROW
+def topk_is_small(n: int | None, bound: int = 0) -> bool:
+    """Whether rows of static length n (None: dynamic, at most `bound` long; 0: unbounded) take
+    the one-kernel form. The bound is only a cost hint: the kernel is exact at any length."""
+    longest = n if n is not None else bound
+    return 0 < longest <= TOPK_ONE_CTA_ROW
 
 
 def topk_segments(n: int) -> int:

@@ -45,6 +45,13 @@ class DsaShape:
     width: int
     block: int = 0
     preferred_tile: int = DEFAULT_DSA_TILE
+    keys: int = 0  # the longest key range a step scores (max_seq_len; 0: not known)
+
+    @property
+    def selection_row(self) -> int:
+        """The longest row the indexer's top-k may see (the key range plus its `width` padding
+        columns: models/dsa_indexer.py), 0 when the key range is not known."""
+        return self.keys + self.width if self.keys else 0
 
     @property
     def tile(self) -> int:
@@ -52,8 +59,10 @@ class DsaShape:
         return max(t for t in range(1, min(self.preferred_tile, self.width) + 1) if self.width % t == 0)
 
 
-def _gather_tiles(dsa: DsaShape) -> str:
+def _gather_tiles(dsa: DsaShape | None) -> str | None:
     # a block-structured selection gathers whole blocks; a token-level one tiles of `tile` slots
+    if dsa is None:
+        return None
     return f"dsa-to-gather-tiles{{block={dsa.block}}}" if dsa.block else f"dsa-to-gather-tiles{{tile={dsa.tile}}}"
 
 
@@ -72,7 +81,9 @@ class Target:
     device_flags: tuple[str, ...]
     opt_level: str
     codegen_flags: tuple[str, ...]
-    passes: tuple[tuple[str, str | Callable[[DsaShape], str]], ...]  # (role, pass text or DSA form)
+    # (role, pass text, or a function of the model's DSA shape (None: no DSA op) giving the pass
+    # text or None to leave the pass out)
+    passes: tuple[tuple[str, str | Callable[[DsaShape | None], str | None]], ...]
     kept_ops: tuple[str, ...] = ()  # day0 ops export keeps whole for this target's kernels
     # > 0: artifacts also get `prefill_chunk`, prefill at this static length, which Session runs
     # prompts through (lowering/driver.py); 0: prompts go through the dynamic-length prefill only.
@@ -104,11 +115,16 @@ class Target:
             if roles is not None and role not in roles:
                 continue
             if callable(p):
-                if dsa is None:
-                    continue
                 p = p(dsa)
-            chosen.append(p)
+            if p is not None:
+                chosen.append(p)
         return f"builtin.module({','.join(chosen)})"
+
+
+def _radix_select(dsa: DsaShape | None) -> str:
+    # every topk (min-size=0); the indexer's rows, of dynamic length, are at most row-bound long
+    bound = dsa.selection_row if dsa is not None else 0
+    return f"topk-to-radix-select{{min-size=0 row-bound={bound}}}"
 
 
 # --- CUDA sm_90 -----------------------------------------------------------------------------
@@ -243,10 +259,10 @@ TARGETS: dict[str, Target] = {
             *_WEIGHTS,
             ("indexer", "indexer-scores-to-cuda-kernel"),
             ("router", "moe-route-to-cuda-kernel"),
-            ("topk", "topk-to-radix-select{min-size=0}"),
+            ("topk", _radix_select),
             ("topk", "topk-to-linalg-ext"),
             ("mxfp4", "mxfp4-to-cuda-matvec"),
-            ("dsa", lambda dsa: "dsa-to-cuda-kernel"),
+            ("dsa", lambda dsa: None if dsa is None else "dsa-to-cuda-kernel"),
             ("matmul", "matmul-to-bf16-terms"),
         ),
         kept_ops=("indexer_scores", "moe_route"),

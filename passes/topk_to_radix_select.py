@@ -14,9 +14,10 @@ replaces each topk with a call to a private function that runs the hand-written 
 with G = ceil(n / 8192) segments per row: a 2048-bin histogram of the top 11 key bits, the
 threshold bin, an ordered compaction, then a radix select of the threshold bin's candidates on
 the remaining 21 bits. Every step reads the row once; a decode row of 1M scores spreads over 128
-CTAs. Rows of a static length of at most 8192 (TOPK_SMALL_ROW: routers, short contexts) take one
-kernel instead, `day0_topk_small`, which keeps the row's keys in shared memory and runs the three
-radix passes and the ordered output in one CTA.
+CTAs. Rows of at most TOPK_ONE_CTA_ROW (16384: routers, the indexer's rows up to that context),
+static or bounded by `row-bound`, take one kernel instead, `day0_topk_small`: one CTA a row runs
+the three radix passes and the ordered output, with the row's keys in shared memory up to 8192.
+One launch instead of four (a fill and three dispatches) in every decode step's indexer.
 
 The selection is torch.topk's set with ties broken toward the lower position (the same rule as
 topk-to-linalg-ext, llvm-cpu's lowering); NaN ranks above +inf, -0.0 equals +0.0. A row shorter than k
@@ -120,7 +121,7 @@ def wrapper_name(dims: tuple[int | None, ...], k: int) -> str:
     return f"{select_function_name(k)}_" + "x".join("q" if d is None else str(d) for d in dims)
 
 
-def wrapper_text(dims: tuple[int | None, ...], k: int) -> str:
+def wrapper_text(dims: tuple[int | None, ...], k: int, row_bound: int = 0) -> str:
     """A private function over the site's own tensor type: rows of any rank become the [?, ?] rows
     of select_function_text (expand a rank-1 row, collapse leading dims), and back."""
     rank, n, lead = len(dims), dims[-1], dims[:-1]
@@ -147,7 +148,7 @@ def wrapper_text(dims: tuple[int | None, ...], k: int) -> str:
     if flat_t != "tensor<?x?xf32>":
         lines.append(f"    %xd = tensor.cast %{src} : {flat_t} to tensor<?x?xf32>")
         src = "xd"
-    select = select_function_name(k, kg.topk_is_small(n))
+    select = select_function_name(k, kg.topk_is_small(n, row_bound))
     lines.append(
         f"    %v, %i = func.call @{select}(%{src}) : (tensor<?x?xf32>) -> (tensor<?x{k}xf32>, tensor<?x{k}xi32>)"
     )
@@ -192,15 +193,20 @@ def _rewrite(site: TopkSite) -> list[Value]:
 class TopkToRadixSelect(ModulePass):
     """Options:
     min-size  rewrite only topk's whose static row length is >= min-size (default 0: all); a
-              dynamic row length counts as long enough. Shorter rows are left to a later pass
+              dynamic row length counts as long enough.
+    row-bound the longest a dynamic row can be (the driver's max_seq_len plus the indexer's k
+              padding columns; 0, the default: unknown). Only the choice of form depends on it:
+              the one-CTA kernel is exact at any length, only slower than the segmented one on
+              long rows. Shorter rows are left to a later pass
               (topk-to-linalg-ext). The cuda-sm90 pipeline keeps 0: IREE's CUDA lowering of
               iree_linalg_ext.topk returned out-of-range indices on the MoE routers' -inf-masked
               rows (lowering/targets.py), and short rows take the one-kernel form here.
     """
 
     name = "topk-to-radix-select"
-    option_minimums = {"min_size": 0}
+    option_minimums = {"min_size": 0, "row_bound": 0}
     min_size: int = 0
+    row_bound: int = 0
 
     def apply(self, module_op: Operation, diag: DiagnosticEngine) -> None:
         def long_enough(op) -> bool:  # a topk over rows of at least min-size (or of dynamic length)
@@ -216,8 +222,8 @@ class TopkToRadixSelect(ModulePass):
             with site.op.location:
                 replace_op(site.op, _rewrite(site))
         text = executable_source_text(kg.TOPK_SELECT)
-        forms = {(s.k, kg.topk_is_small(s.dims[-1])) for s in sites}  # (k, one-kernel form) pairs in use
+        forms = {(s.k, kg.topk_is_small(s.dims[-1], self.row_bound)) for s in sites}  # (k, one-kernel form) pairs in use
         text += "".join(small_function_text(k) if small else select_function_text(k) for k, small in sorted(forms))
         wrappers = {wrapper_name(s.dims, s.k): (s.dims, s.k) for s in sites}
-        text += "".join(wrapper_text(*wrappers[name]) for name in sorted(wrappers))
+        text += "".join(wrapper_text(*wrappers[name], self.row_bound) for name in sorted(wrappers))
         append_parsed(module_op, text)

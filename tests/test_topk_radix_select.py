@@ -6,15 +6,23 @@ import pytest
 from day0.lowering.targets import TARGETS, DsaShape
 
 
-def pipeline_for(target: str, width: int) -> str:
-    return TARGETS[target].pipeline(DsaShape(width))
+def pipeline_for(target: str, width: int, keys: int = 0) -> str:
+    return TARGETS[target].pipeline(DsaShape(width, keys=keys))
 
 
 def test_cuda_pipeline_sends_every_topk_to_the_radix_select():
     cuda = pipeline_for("cuda-sm90", 16)
-    assert "topk-to-radix-select{min-size=0}" in cuda
+    assert "topk-to-radix-select{min-size=0 row-bound=0}" in cuda
     assert cuda.index("topk-to-radix-select") < cuda.index("topk-to-linalg-ext")
     assert "radix" not in pipeline_for("llvm-cpu", 16)
+
+
+def test_the_indexer_rows_bound_is_the_key_range_plus_the_padding():
+    # the indexer's top-k row: the key range (max_seq_len slots) plus k empty columns
+    assert "row-bound=4112" in pipeline_for("cuda-sm90", 16, keys=4096)
+    # a model without a DSA op still sends its routers' topk's to the radix select
+    assert "topk-to-radix-select{min-size=0 row-bound=0}" in TARGETS["cuda-sm90"].pipeline(None)
+    assert "dsa-to-cuda-kernel" not in TARGETS["cuda-sm90"].pipeline(None)
 
 
 def test_cuda_pipeline_runs_mxfp4_matmuls_on_the_kernel():

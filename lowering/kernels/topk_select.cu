@@ -299,9 +299,10 @@ day0_topk_finish(const float* __restrict__ x, const int* __restrict__ header,
 }
 
 // ---------------------------------------------------------------------------------------------
-// small: grid (T), rows of n <= SMALL_N. The whole selection in one CTA with the row's keys in
-// shared memory: three radix passes (11 + 11 + 10 bits) find the threshold key, then one
-// ordered pass writes the picks in position order (ties at the threshold: lowest positions).
+// small: grid (T), rows of any n. The whole selection in one CTA: three radix passes (11 + 11 +
+// 10 bits) find the threshold key, then one ordered pass writes the picks in position order (ties
+// at the threshold: lowest positions). Rows of n <= SMALL_N keep their keys in shared memory;
+// longer ones read the row again on each pass (from L2: the pass uses this form up to 16K).
 
 extern "C" __global__ void __launch_bounds__(THREADS)
 day0_topk_small(const float* __restrict__ x, int* __restrict__ out_idx, float* __restrict__ out_val,
@@ -314,7 +315,10 @@ day0_topk_small(const float* __restrict__ x, int* __restrict__ out_idx, float* _
   const float* row = x + (size_t)t * n;
   int* oi = out_idx + (size_t)t * k;
   float* ov = out_val + (size_t)t * k;
-  for (int i = threadIdx.x; i < n; i += THREADS) keys[i] = order_key(row[i]);
+  const bool staged = n <= SMALL_N;
+  if (staged)
+    for (int i = threadIdx.x; i < n; i += THREADS) keys[i] = order_key(row[i]);
+#define KEY(i) (staged ? keys[i] : order_key(row[i]))
   unsigned need = (unsigned)k, prefix = 0, count_gt = 0;
   // pass p looks at the keys whose higher digits equal `prefix`
   const int shift[3] = {21, 10, 0}, width[3] = {11, 11, 10};
@@ -324,7 +328,7 @@ day0_topk_small(const float* __restrict__ x, int* __restrict__ out_idx, float* _
     __syncthreads();
     for (int base = 0; base < n; base += THREADS) {
       const int i = base + threadIdx.x;
-      const unsigned key = i < n ? keys[i] : 0u;
+      const unsigned key = i < n ? KEY(i) : 0u;
       const bool in = i < n && (p == 0 || (key >> (shift[p] + width[p])) == prefix);
       warp_count(h, in ? (key >> shift[p]) & mask : BINS, bins);
     }
@@ -339,11 +343,12 @@ day0_topk_small(const float* __restrict__ x, int* __restrict__ out_idx, float* _
   unsigned run = 0, eq_run = 0;
   for (int base = 0; base < n; base += CHUNK) {
     const int i0 = base + threadIdx.x * ITEMS;
-    unsigned packed = 0;
+    unsigned packed = 0, key[ITEMS];
 #pragma unroll
     for (int j = 0; j < ITEMS; ++j) {
       const int i = i0 + j;
-      if (i < n) packed += keys[i] > tkey ? 1u : (keys[i] == tkey ? 0x10000u : 0u);
+      key[j] = i < n ? KEY(i) : 0u;
+      if (i < n) packed += key[j] > tkey ? 1u : (key[j] == tkey ? 0x10000u : 0u);
     }
     unsigned chunk_total;
     const unsigned pos = block_prefix_sum(packed, warp_sums, &chunk_total);
@@ -352,7 +357,7 @@ day0_topk_small(const float* __restrict__ x, int* __restrict__ out_idx, float* _
     for (int j = 0; j < ITEMS; ++j) {
       const int i = i0 + j;
       if (i >= n) break;
-      const bool gt = keys[i] > tkey, eq = keys[i] == tkey;
+      const bool gt = key[j] > tkey, eq = key[j] == tkey;
       if (gt || (eq && ep < need)) {
         const unsigned slot = gp + min(ep, need);
         oi[slot] = i; ov[slot] = row[i];
@@ -363,6 +368,7 @@ day0_topk_small(const float* __restrict__ x, int* __restrict__ out_idx, float* _
     run += chunk_total & 0xffffu;
     eq_run += chunk_total >> 16;
   }
+#undef KEY
   const unsigned filled = min((unsigned)n, (unsigned)k);  // n < k: the rest stay empty
   for (unsigned s = filled + threadIdx.x; s < (unsigned)k; s += THREADS) {
     oi[s] = EMPTY_INDEX; ov[s] = __int_as_float(0xff800000);

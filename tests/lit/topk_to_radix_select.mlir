@@ -1,5 +1,7 @@
 // RUN: day0-opt %s --pass-pipeline='builtin.module(topk-to-radix-select)' | filecheck %s
 // RUN: day0-opt %s --pass-pipeline='builtin.module(topk-to-radix-select{min-size=100})' | filecheck %s --check-prefix=MIN100
+// RUN: day0-opt %s --pass-pipeline='builtin.module(topk-to-radix-select{row-bound=16384})' | filecheck %s --check-prefix=BOUND
+// RUN: day0-opt %s --pass-pipeline='builtin.module(topk-to-radix-select{row-bound=16385})' | filecheck %s --check-prefix=LONG
 
 // Every topk becomes a call of a wrapper over its own tensor type; no torch.aten.topk is left.
 // CHECK-NOT: torch.aten.topk
@@ -17,6 +19,16 @@ func.func @dynamic(%x: !torch.vtensor<[?,?],f32>) -> (!torch.vtensor<[?,64],f32>
   return %values, %indices : !torch.vtensor<[?,64],f32>, !torch.vtensor<[?,64],si64>
 }
 // CHECK-LABEL: func.func @dynamic(
+// Rows of dynamic length bounded by row-bound <= 16384 take the one-CTA form, one launch; a
+// bound past it (or none, above) keeps the segmented form.
+// BOUND-LABEL: func.func @dynamic(
+// BOUND: call @day0_topk_radix_k64_qxq(
+// BOUND-LABEL: func.func private @day0_topk_small_k64(
+// BOUND-NOT: func.func private @day0_topk_radix_k64(
+// BOUND-LABEL: func.func private @day0_topk_radix_k64_qxq(
+// BOUND: call @day0_topk_small_k64(
+// LONG-LABEL: func.func private @day0_topk_radix_k64_qxq(
+// LONG: call @day0_topk_radix_k64(
 // CHECK-NEXT: [[X:%[0-9]+]] = torch_c.to_builtin_tensor %arg0 : !torch.vtensor<[?,?],f32> -> tensor<?x?xf32>
 // CHECK-NEXT: [[R:%[0-9]+]]:2 = call @day0_topk_radix_k64_qxq([[X]]) : (tensor<?x?xf32>) -> (tensor<?x64xf32>, tensor<?x64xi32>)
 // CHECK-NEXT: [[V:%[0-9]+]] = torch_c.from_builtin_tensor [[R]]#0 : tensor<?x64xf32> -> !torch.vtensor<[?,64],f32>

@@ -217,9 +217,9 @@ def small_rows(ptx_path: Path) -> list[dict]:
     f = np.float32
     special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, 1.0, -1.0], f)
     cases = []
-    for n in (1, 5, 8, 64, 100, 255, 256, 257, 300, 4224):
+    for n in (1, 5, 8, 64, 100, 255, 256, 257, 300, 4224, 8193, 12000, 16384):
         for k in (1, 2, 8, 16, 64, 2048):
-            if k > 2 * n and k != 2048:
+            if (k > 2 * n and k != 2048) or (n > 8192 and k < 64):
                 continue
             x = rng.standard_normal((3, n)).astype(f)
             x[1] = np.round(x[1] * 2) / 2  # many ties
@@ -264,7 +264,7 @@ def main(argv=None) -> int:
     if a.mode == "build":
         build(out)
     elif a.mode == "kernels":  # DIR is the .ptx here
-        for rows, n in ((1, 32768), (1, 131072), (1, 1048576), (64, 4096), (2048, 4096)):
+        for rows, n in ((1, 6272), (1, 10240), (1, 16384), (1, 32768), (1, 131072), (1, 1048576), (64, 4096), (2048, 4096)):
             print(json.dumps(kernel_times(out, n, 2048, rows)), flush=True)
     elif a.mode == "small":  # DIR is the .ptx here
         for r in small_rows(out):
