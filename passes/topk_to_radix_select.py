@@ -222,7 +222,8 @@ class TopkToRadixSelect(ModulePass):
             with site.op.location:
                 replace_op(site.op, _rewrite(site))
         text = executable_source_text(kg.TOPK_SELECT)
-        forms = {(s.k, kg.topk_is_small(s.dims[-1], self.row_bound)) for s in sites}  # (k, one-kernel form) pairs in use
+        # (k, one-kernel form) pairs in use
+        forms = {(s.k, kg.topk_is_small(s.dims[-1], self.row_bound)) for s in sites}
         text += "".join(small_function_text(k) if small else select_function_text(k) for k, small in sorted(forms))
         wrappers = {wrapper_name(s.dims, s.k): (s.dims, s.k) for s in sites}
         text += "".join(wrapper_text(*wrappers[name], self.row_bound) for name in sorted(wrappers))

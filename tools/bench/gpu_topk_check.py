@@ -264,7 +264,8 @@ def main(argv=None) -> int:
     if a.mode == "build":
         build(out)
     elif a.mode == "kernels":  # DIR is the .ptx here
-        for rows, n in ((1, 6272), (1, 10240), (1, 16384), (1, 32768), (1, 131072), (1, 1048576), (64, 4096), (2048, 4096)):
+        shapes = [(1, n) for n in (6272, 10240, 16384, 32768, 131072, 1048576)] + [(64, 4096), (2048, 4096)]
+        for rows, n in shapes:
             print(json.dumps(kernel_times(out, n, 2048, rows)), flush=True)
     elif a.mode == "small":  # DIR is the .ptx here
         for r in small_rows(out):
