@@ -46,16 +46,16 @@ class Indexer(nn.Module):
         self.k_norm = nn.LayerNorm(head_dim, eps=1e-6)
         self.weights_proj = nn.Linear(hidden, heads, bias=False)
 
-    def keys(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        """Indexer key rows [S, d_I] for new tokens x [S, hidden] (cos/sin [S, rope/2])."""
-        k = F.layer_norm(
-            linear(x, self.wk), (self.head_dim,), self.k_norm.weight.float(), self.k_norm.bias.float(), self.k_norm.eps
-        )
+    def keys(self, projected: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        """Indexer key rows [S, d_I] from the new tokens' `wk` projection [S, d_I] (the caller
+        computes it beside its other projections of x: layers.linears; cos/sin [S, rope/2])."""
+        w, b = self.k_norm.weight.float(), self.k_norm.bias.float()
+        k = F.layer_norm(projected, (self.head_dim,), w, b, self.k_norm.eps)
         return rope_columns(k, cos, sin, 0, self.rope_dim, interleaved=False)
 
     def select(
         self,
-        x: Tensor,
+        head_weights: Tensor,
         q_resid: Tensor,
         cos: Tensor,
         sin: Tensor,
@@ -63,17 +63,19 @@ class Indexer(nn.Module):
         visible: Tensor,
         k: int,
     ) -> Tensor:
-        """Selected slots [S, k] int64 (-1 = empty) of the key range for queries x [S, hidden].
+        """Selected slots [S, k] int64 (-1 = empty) of the key range for the new tokens, whose
+        `weights_proj` projection times H_I^-½ is head_weights [S, H_I] (computed with the
+        caller's other projections of x, like `keys`' input).
 
         keys: the key range, new keys already written (CacheView.indexed): (rows [L, d_I], None)
         shared by every query, or (the cache, its rows [S, L]), one range per query (a batch of
         sequences: models/paging.py); visible: [S, L] bool; k: the static selection width
         (≤ index_topk).
         """
-        s = x.shape[0]
+        s = q_resid.shape[0]
         q = linear(q_resid, self.wq_b).view(s, self.heads, self.head_dim)
         q = rope_columns(q, cos, sin, 0, self.rope_dim, interleaved=False)
-        weights = linear(x, self.weights_proj) * self.heads**-0.5  # [S, H_I]
+        weights = head_weights  # [S, H_I]
         # Σ_h w_h · relu(q_h · k_t / sqrt(d_I)): [S, L]
         cache, rows = keys
         index = ops.indexer_scores(q, cache, weights, self.head_dim**-0.5, rows)

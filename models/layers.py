@@ -1,4 +1,5 @@
-"""Small layers shared by every architecture: RMSNorm, the RoPE table, rotary application, MLP.
+"""Small layers shared by every architecture: RMSNorm, projections, the RoPE table, rotary
+application, MLP.
 
 All of them compute in float32 whatever the checkpoint's storage dtype: a weight stored in bf16
 is read as a bf16 parameter and cast where it is used, so the vmfb never holds a converted copy.
@@ -30,6 +31,35 @@ def linear(x: Tensor, layer: nn.Linear) -> Tensor:
     return F.linear(x, layer.weight.float(), bias)
 
 
+def linears(x: Tensor, *layers: nn.Module, scales: tuple[float, ...] | None = None) -> tuple[Tensor, ...]:
+    """(x @ W1ᵀ (+ b1), x @ W2ᵀ (+ b2), ...) for projections of the same x (modules with a
+    `weight` [out, in] and optionally a `bias`), as ONE matmul over the weights concatenated by
+    rows, its columns split back. A decode step then launches one matvec where it launched one
+    per projection (docs/perf.md, launches).
+
+    The cat reads parameters only, so hoist-parameter-stacks computes it once into a global and
+    IREE keeps only that global: the parameters it reads are loaded in its initializer alone, and
+    the fused weight costs no memory beyond the separate ones. Each output column is the same dot
+    product as before. Projections whose weights differ in dtype, or of which only some have a
+    bias, are computed one by one.
+
+    `scales`: a factor per projection, applied to its columns by one elementwise product over
+    the fused result, which IREE fuses into the matmul's dispatch (a factor applied to one
+    projection's slice would be a dispatch of its own)."""
+    weights = [layer.weight for layer in layers]
+    biases = [getattr(layer, "bias", None) for layer in layers]
+    mixed_bias = len({b is None for b in biases}) > 1
+    if len(layers) == 1 or mixed_bias or len({t.dtype for t in weights + [b for b in biases if b is not None]}) > 1:
+        outs = [F.linear(x, w.float(), None if b is None else b.float()) for w, b in zip(weights, biases, strict=True)]
+        return tuple(o if f == 1.0 else o * f for o, f in zip(outs, scales or [1.0] * len(outs), strict=True))
+    bias = None if biases[0] is None else torch.cat(biases).float()
+    y = F.linear(x, torch.cat(weights).float(), bias)
+    sizes = [w.shape[0] for w in weights]
+    if scales is not None and any(f != 1.0 for f in scales):
+        y = y * torch.cat([torch.full((n,), float(f)) for n, f in zip(sizes, scales, strict=True)])
+    return tuple(y.split(sizes, dim=-1))
+
+
 def swiglu(gate: Tensor, up: Tensor, limit: float | None = None) -> Tensor:
     """silu(gate) · up; with a `limit` (GLM-5's swiglu_limit) gate is clamped to at most limit
     and up to [-limit, limit] first."""
@@ -50,6 +80,8 @@ class MLP(nn.Module):
         self.limit = limit
 
     def forward(self, x: Tensor) -> Tensor:
+        # two matvecs, not one over [gate; up]: swiglu then fuses into the second, where a fused
+        # product's halves need a dispatch of their own (docs/perf.md, launches)
         return linear(swiglu(linear(x, self.gate_proj), linear(x, self.up_proj), self.limit), self.down_proj)
 
 

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 import day0.frontend.ops  # noqa: F401  (registers torch.ops.day0.*)
 from day0.models.dsa_indexer import Indexer
-from day0.models.layers import RMSNorm, linear, rope_columns, yarn_mscale
+from day0.models.layers import RMSNorm, linear, linears, rope_columns, yarn_mscale
 from day0.models.paging import CacheView
 
 
@@ -54,18 +54,26 @@ class SparseMLA(nn.Module):
         Returns (out [S, hidden], kv_cache, index_cache) with the new rows written.
         """
         s = x.shape[0]
-        q_resid = self.q_a_layernorm(linear(x, self.q_a_proj))
+        # the four projections of x in one matmul (layers.linears)
+        q_a, compressed, index_key, index_weights = linears(
+            x,
+            self.q_a_proj,
+            self.kv_a_proj_with_mqa,
+            self.indexer.wk,
+            self.indexer.weights_proj,
+            scales=(1.0, 1.0, 1.0, self.indexer.heads**-0.5),
+        )
+        q_resid = self.q_a_layernorm(q_a)
         q = linear(q_resid, self.q_b_proj).view(s, self.heads, self.nope + self.rope)
         q_nope, q_rope = q[..., : self.nope], rope_columns(q, cos, sin, self.nope, self.rope, True)[..., self.nope :]
 
-        compressed = linear(x, self.kv_a_proj_with_mqa)
         row = cache_row(compressed, self.kv_a_layernorm, rope_columns(compressed, cos, sin, self.rank, self.rope, True))
         # caches may be bf16 (CausalLM.cache_dtype): rows are rounded once, when written
         kv_cache = kv_cache.index_copy(0, view.rows, row.to(kv_cache.dtype))
-        index_cache = index_cache.index_copy(0, view.rows, self.indexer.keys(x, cos, sin).to(index_cache.dtype))
+        index_cache = index_cache.index_copy(0, view.rows, self.indexer.keys(index_key, cos, sin).to(index_cache.dtype))
 
         # slots of the key range, then the cache rows holding them
-        slots = self.indexer.select(x, q_resid, cos, sin, view.indexed(index_cache), view.visible, k)  # [S, k]
+        slots = self.indexer.select(index_weights, q_resid, cos, sin, view.indexed(index_cache), view.visible, k)
         selected = view.physical(slots)
 
         w_kv = self.kv_b_proj.weight.float().view(self.heads, self.nope + self.v, self.rank)

@@ -152,3 +152,18 @@ def test_one_global_per_stack_at_flow(moe):
     # ... the pass computes each once, for both functions, and IREE hoists nothing more.
     assert _stacked_globals(after) == dict.fromkeys(STACKS, 1)
     assert "__hoisted" not in after
+
+
+def test_the_parameters_a_stack_reads_are_not_kept(moe):
+    """The per-expert parameters are read by the stacks' initializer only: IREE loads them there
+    and keeps no global for them, so a stack costs no memory beyond its parts (what
+    models/layers.linears relies on to fuse projections)."""
+    from day0.lowering.compile import compile_to_phase
+
+    _, _, text = moe
+    vm = compile_to_phase(
+        _lower(text, "builtin.module(parameters-to-globals,hoist-parameter-stacks)"), "llvm-cpu", "vm"
+    )
+    kept = re.findall(r"vm\.global\.\w+ private (?:mutable )?@(\S+)", vm)
+    assert not [g for g in kept if "experts" in g and "gate" in g and "up" not in g], kept
+    assert any("gate_up" in g or "all" in g for g in kept), kept

@@ -1,0 +1,44 @@
+"""models/layers.linears: projections of one x as one matmul over their concatenated weights."""
+
+import pytest
+import torch
+from torch import nn
+
+from day0.models.layers import linear, linears
+
+
+def _layers(dtypes, bias=False, seed=0):
+    torch.manual_seed(seed)
+    out = []
+    for n, dtype in zip((5, 3, 7), dtypes, strict=False):
+        layer = nn.Linear(16, n, bias=bias).to(dtype)
+        out.append(layer)
+    return out
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_fused_projections_equal_separate_ones(bias):
+    layers = _layers([torch.bfloat16] * 3, bias=bias)
+    x = torch.randn(4, 16)
+    got = linears(x, *layers)
+    assert [g.shape for g in got] == [(4, 5), (4, 3), (4, 7)]
+    for g, layer in zip(got, layers, strict=True):
+        torch.testing.assert_close(g, linear(x, layer), rtol=1e-6, atol=1e-6)
+
+
+def test_scales_multiply_their_projection_only():
+    layers = _layers([torch.float32] * 3)
+    x = torch.randn(2, 16)
+    got = linears(x, *layers, scales=(1.0, 0.25, 3.0))
+    for g, layer, f in zip(got, layers, (1.0, 0.25, 3.0), strict=True):
+        torch.testing.assert_close(g, linear(x, layer) * f, rtol=1e-6, atol=1e-6)
+
+
+def test_mixed_dtypes_or_biases_fall_back_to_separate_products():
+    x = torch.randn(3, 16)
+    mixed = _layers([torch.bfloat16, torch.float32, torch.bfloat16])
+    some_bias = _layers([torch.float32] * 2) + [nn.Linear(16, 2, bias=True)]
+    for layers in (mixed, some_bias):
+        got = linears(x, *layers, scales=(2.0,) * len(layers))
+        for g, layer in zip(got, layers, strict=True):
+            torch.testing.assert_close(g, linear(x, layer) * 2.0)
