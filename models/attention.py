@@ -13,7 +13,7 @@ T rows (masked) on sliding layers.
 import torch
 from torch import Tensor, nn
 
-from day0.models.layers import linear, rotate_half_split
+from day0.models.layers import linear, linears, rotate_half_split
 from day0.models.paging import CacheView
 
 
@@ -37,9 +37,10 @@ class SinkAttention(nn.Module):
         through `view` (dense or paged: models/paging.py); visible [S, L]: the view's mask, windowed
         on sliding layers. Returns (out [S, hidden], k_cache, v_cache) with the new rows written."""
         s, g = x.shape[0], self.heads // self.kv_heads
-        q = rotate_half_split(linear(x, self.q_proj).view(s, self.heads, self.head_dim), cos, sin)
-        k = rotate_half_split(linear(x, self.k_proj).view(s, self.kv_heads, self.head_dim), cos, sin)
-        v = linear(x, self.v_proj).view(s, self.kv_heads, self.head_dim)
+        q, k, v = linears(x, self.q_proj, self.k_proj, self.v_proj)  # one matmul (layers.linears)
+        q = rotate_half_split(q.reshape(s, self.heads, self.head_dim), cos, sin)
+        k = rotate_half_split(k.reshape(s, self.kv_heads, self.head_dim), cos, sin)
+        v = v.reshape(s, self.kv_heads, self.head_dim)
         k_cache = k_cache.index_copy(0, view.rows, k)
         v_cache = v_cache.index_copy(0, view.rows, v)
         keys, values = view.gather(k_cache), view.gather(v_cache)  # [L, Hkv, D], or [S, L, Hkv, D]

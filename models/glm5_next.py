@@ -204,8 +204,9 @@ class DsaAttention(NopeMLA):
         previous full layer's selection, cache rows [S, K] (shared layers) or None; pools: the
         number of pools the indexer selects (static). Returns (out [S, hidden], selected,
         kv_cache, *indexer_state)."""
-        q_resid, query = self.queries(x)
-        kv_cache = self.write_cache(x, view.rows, kv_cache)
+        q_in, compressed = self.project(x)
+        q_resid, query = self.queries(q_in)
+        kv_cache = self.write_cache(compressed, view.rows, kv_cache)
         if hasattr(self, "indexer"):
             indexer_state = self.indexer.update(x, view, *indexer_state)
             selected = view.physical(self.indexer.select(x, q_resid, view, indexer_state[1], pools))

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from day0.models.config import require
-from day0.models.layers import linear
+from day0.models.layers import linear, linears
 
 CHUNK = 64  # transformers' chunk_kimi_delta_attention default; the result does not depend on it
 
@@ -222,9 +222,9 @@ class KdaAttention(nn.Module):
         dim = self.heads * self.head_dim
         return (3 * dim, self.kernel - 1), (self.heads, self.head_dim, self.head_dim)
 
-    def forget_gate(self, x: Tensor) -> Tensor:
-        """x [S, hidden] -> g [S, H, K] (transformers' overflow-safe softplus)."""
-        g = (linear(linear(x, self.f_a_proj), self.f_b_proj) + self.dt_bias.float()).view(-1, self.heads, self.head_dim)
+    def forget_gate(self, f_a: Tensor) -> Tensor:
+        """f_a_proj(x) [S, r] -> g [S, H, K] (transformers' overflow-safe softplus)."""
+        g = (linear(f_a, self.f_b_proj) + self.dt_bias.float()).view(-1, self.heads, self.head_dim)
         rate = self.A_log.float().view(self.heads, 1).exp()
         if self.lower_bound is not None:
             return self.lower_bound * torch.sigmoid(rate * g)
@@ -236,7 +236,10 @@ class KdaAttention(nn.Module):
         With conv [S, 3·H·K, kernel-1] and rec [S, H, K, K], row s of x is the one new token of
         sequence s (a batched decode step: each row has its own state)."""
         s, h, d = x.shape[0], self.heads, self.head_dim
-        mixed = torch.cat([linear(x, self.q_proj), linear(x, self.k_proj), linear(x, self.v_proj)], -1)  # [S, C]
+        # every projection of x in one matmul (layers.linears); mixed = [q | k | v] [S, C]
+        mixed, f_a, b, g_a = linears(
+            x, (self.q_proj, self.k_proj, self.v_proj), self.f_a_proj, self.b_proj, self.g_a_proj
+        )
         weight = torch.cat([self.q_conv1d.weight, self.k_conv1d.weight, self.v_conv1d.weight]).float()
         if conv.dim() == 3:  # one token per sequence: the conv is a dot of each window with its taps
             window = torch.cat([conv, mixed[:, :, None]], dim=2)  # [S, C, kernel]
@@ -248,14 +251,14 @@ class KdaAttention(nn.Module):
             conv = window[:, -(self.kernel - 1) :]
         q, k, v = F.silu(out).split(h * d, dim=-1)
         q, k, v = (t.reshape(s, h, d) for t in (q, k, v))
-        g = self.forget_gate(x)
-        beta = torch.sigmoid(linear(x, self.b_proj))
+        g = self.forget_gate(f_a)
+        beta = torch.sigmoid(b)
         if rec.dim() == 4:
             o, rec = kda_token(l2norm(q), l2norm(k), v, g, beta, rec)
         else:
             kda = kda_chunked if chunked else kda_recurrent
             o, rec = kda(l2norm(q), l2norm(k), v, g, beta, rec, **({"chunk": self.chunk} if chunked else {}))
-        gate = linear(linear(x, self.g_a_proj), self.g_b_proj).view(s, h, d)
+        gate = linear(g_a, self.g_b_proj).view(s, h, d)
         o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + self.o_norm_eps) * self.o_norm.weight.float()
         o = o * torch.sigmoid(gate)
         return linear(o.reshape(s, h * d), self.o_proj), conv, rec

@@ -31,32 +31,39 @@ def linear(x: Tensor, layer: nn.Linear) -> Tensor:
     return F.linear(x, layer.weight.float(), bias)
 
 
-def linears(x: Tensor, *layers: nn.Module, scales: tuple[float, ...] | None = None) -> tuple[Tensor, ...]:
+def linears(
+    x: Tensor, *projections: nn.Module | tuple[nn.Module, ...], scales: tuple[float, ...] | None = None
+) -> tuple[Tensor, ...]:
     """(x @ W1ᵀ (+ b1), x @ W2ᵀ (+ b2), ...) for projections of the same x (modules with a
     `weight` [out, in] and optionally a `bias`), as ONE matmul over the weights concatenated by
     rows, its columns split back. A decode step then launches one matvec where it launched one
-    per projection (docs/perf.md, launches).
+    per projection (docs/perf.md, launches). A tuple of modules is one projection: its output is
+    theirs side by side (transformers' q, k and v of a KDA layer: one [S, 3·H·K] block).
 
     The cat reads parameters only, so hoist-parameter-stacks computes it once into a global and
     IREE keeps only that global: the parameters it reads are loaded in its initializer alone, and
     the fused weight costs no memory beyond the separate ones. Each output column is the same dot
-    product as before. Projections whose weights differ in dtype, or of which only some have a
-    bias, are computed one by one.
+    product as before. Weights that differ in dtype, or of which only some have a bias, are
+    multiplied one by one.
 
     `scales`: a factor per projection, applied to its columns by one elementwise product over
     the fused result, which IREE fuses into the matmul's dispatch (a factor applied to one
     projection's slice would be a dispatch of its own)."""
-    weights = [layer.weight for layer in layers]
-    biases = [getattr(layer, "bias", None) for layer in layers]
-    mixed_bias = len({b is None for b in biases}) > 1
-    if len(layers) == 1 or mixed_bias or len({t.dtype for t in weights + [b for b in biases if b is not None]}) > 1:
-        outs = [F.linear(x, w.float(), None if b is None else b.float()) for w, b in zip(weights, biases, strict=True)]
-        return tuple(o if f == 1.0 else o * f for o, f in zip(outs, scales or [1.0] * len(outs), strict=True))
+    groups = [p if isinstance(p, tuple) else (p,) for p in projections]
+    layers = [m for g in groups for m in g]
+    weights = [m.weight for m in layers]
+    biases = [getattr(m, "bias", None) for m in layers]
+    factors = scales or (1.0,) * len(groups)
+    sizes = [sum(m.weight.shape[0] for m in g) for g in groups]
+    dtypes = {t.dtype for t in weights + [b for b in biases if b is not None]}
+    if len(layers) == 1 or len({b is None for b in biases}) > 1 or len(dtypes) > 1:
+        outs = iter([F.linear(x, w.float(), None if b is None else b.float()) for w, b in zip(weights, biases)])
+        parts = [torch.cat([next(outs) for _ in g], -1) if len(g) > 1 else next(outs) for g in groups]
+        return tuple(o if f == 1.0 else o * f for o, f in zip(parts, factors, strict=True))
     bias = None if biases[0] is None else torch.cat(biases).float()
     y = F.linear(x, torch.cat(weights).float(), bias)
-    sizes = [w.shape[0] for w in weights]
-    if scales is not None and any(f != 1.0 for f in scales):
-        y = y * torch.cat([torch.full((n,), float(f)) for n, f in zip(sizes, scales, strict=True)])
+    if any(f != 1.0 for f in factors):
+        y = y * torch.cat([torch.full((n,), float(f)) for n, f in zip(sizes, factors, strict=True)])
     return tuple(y.split(sizes, dim=-1))
 
 

@@ -155,30 +155,39 @@ class NopeMLA(nn.Module):
     def forward(self, x: Tensor, view: CacheView, kv_cache: Tensor) -> tuple[Tensor, Tensor]:
         """x [S, hidden]; kv_cache [T, rank + shared] addressed through `view` (dense, or a paged
         pool: models/paging.py). Returns (out [S, hidden], kv_cache) with the new rows written."""
-        _, query = self.queries(x)
-        kv_cache = self.write_cache(x, view.rows, kv_cache)
+        q_in, compressed = self.project(x)
+        _, query = self.queries(q_in)
+        kv_cache = self.write_cache(compressed, view.rows, kv_cache)
         keys = view.gather(kv_cache)  # [L, rank + shared], or [S, L, rank + shared] per query
         each = "s" if view.per_query else ""
         scores = torch.einsum(f"shd,{each}ld->shl", query, keys) * self.scale
         probs = torch.softmax(scores.masked_fill(~view.visible[:, None, :], float("-inf")), dim=-1)
         return self.output(torch.einsum(f"shl,{each}lr->shr", probs, keys[..., : self.rank])), kv_cache
 
-    def queries(self, x: Tensor) -> tuple[Tensor | None, Tensor]:
-        """(q_resid [S, q_lora_rank] or None without a q LoRA, absorbed queries [S, H, rank + shared])."""
-        s = x.shape[0]
+    def project(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """The projections of x [S, hidden] in one matmul (layers.linears): (q_a_proj(x), or
+        q_proj(x) without a q LoRA; kv_a_proj_with_mqa(x)), the inputs of `queries` and
+        `write_cache`."""
+        q = self.q_proj if hasattr(self, "q_proj") else self.q_a_proj
+        return linears(x, q, self.kv_a_proj_with_mqa)
+
+    def queries(self, q_in: Tensor) -> tuple[Tensor | None, Tensor]:
+        """(q_resid [S, q_lora_rank] or None without a q LoRA, absorbed queries [S, H, rank + shared])
+        from `project`'s first output."""
+        s = q_in.shape[0]
         q_resid = None
         if hasattr(self, "q_proj"):
-            q = linear(x, self.q_proj)
+            q = q_in
         else:
-            q_resid = self.q_a_layernorm(linear(x, self.q_a_proj))
+            q_resid = self.q_a_layernorm(q_in)
             q = linear(q_resid, self.q_b_proj)
         q = q.view(s, self.heads, self.nope + self.shared)
         q_latent = absorb_uk(q[..., : self.nope], self._w_kv()[:, : self.nope])
         return q_resid, torch.cat([q_latent, q[..., self.nope :]], -1)
 
-    def write_cache(self, x: Tensor, rows: Tensor, kv_cache: Tensor) -> Tensor:
-        """kv_cache with the rows [latent | k_shared] of x [S, hidden] written at cache `rows` [S]."""
-        compressed = linear(x, self.kv_a_proj_with_mqa)
+    def write_cache(self, compressed: Tensor, rows: Tensor, kv_cache: Tensor) -> Tensor:
+        """kv_cache with the rows [latent | k_shared] of the new tokens written at cache `rows`
+        [S], from their kv_a_proj_with_mqa projection `compressed` (`project`'s second output)."""
         return kv_cache.index_copy(0, rows, cache_row(compressed, self.kv_a_layernorm, compressed))
 
     def output(self, o_latent: Tensor) -> Tensor:

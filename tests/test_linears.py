@@ -42,3 +42,15 @@ def test_mixed_dtypes_or_biases_fall_back_to_separate_products():
         got = linears(x, *layers, scales=(2.0,) * len(layers))
         for g, layer in zip(got, layers, strict=True):
             torch.testing.assert_close(g, linear(x, layer) * 2.0)
+
+
+def test_a_tuple_is_one_projection_of_its_modules_side_by_side():
+    a, b, c = _layers([torch.float32] * 3)
+    x = torch.randn(2, 16)
+    abc, cc = linears(x, (a, b, c), c, scales=(0.5, 1.0))
+    torch.testing.assert_close(abc, torch.cat([linear(x, a), linear(x, b), linear(x, c)], -1) * 0.5)
+    torch.testing.assert_close(cc, linear(x, c))
+    mixed = nn.Linear(16, 2).to(torch.bfloat16)  # a bias and another dtype: separate products
+    abc, m = linears(x, (a, b, c), mixed)
+    torch.testing.assert_close(abc, torch.cat([linear(x, a), linear(x, b), linear(x, c)], -1))
+    torch.testing.assert_close(m, linear(x, mixed))
