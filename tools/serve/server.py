@@ -28,7 +28,7 @@ class ServeConfig:
     max_batch: int | None = None  # sequences running at once (default: the artifact's largest batch)
     kv_memory: int | None = None  # bytes for the cache pools (default: every sequence to max_seq_len)
     num_blocks: int | None = None
-    prefill_chunk: int = 64
+    prefill_chunk: int | None = None  # most prompt tokens a step (default: the Engine's, Engine.load)
     max_waiting: int = 256
     model_name: str | None = None
     checkpoint_dir: Path | None = None
@@ -123,7 +123,13 @@ def add_arguments(
         help="bytes for the paged caches (default: every running sequence can reach max_seq_len)",
     )
     p.add_argument("--num-blocks", type=int, default=None, help="cache blocks in the pool (instead of --kv-memory)")
-    p.add_argument("--prefill-chunk", type=int, default=64, help="most prompt tokens one engine step runs")
+    p.add_argument(
+        "--prefill-chunk",
+        type=int,
+        default=None,
+        help="most prompt tokens one engine step runs (default: the artifact's static prompt chunk, 512 on "
+        "cuda-sm90 for models that have one, else 64)",
+    )
     p.add_argument("--max-queue", type=int, default=256, help="requests that may wait for admission; past it: 429")
     p.add_argument("--model-name", default=None, help="the name clients ask for (default: the artifact's folder name)")
     p.add_argument("--log-level", default="info", help="debug, info, warning, error")
