@@ -87,9 +87,14 @@ class MLP(nn.Module):
         self.limit = limit
 
     def forward(self, x: Tensor) -> Tensor:
-        # two matvecs, not one over [gate; up]: swiglu then fuses into the second, where a fused
-        # product's halves need a dispatch of their own (docs/perf.md, launches)
-        return linear(swiglu(linear(x, self.gate_proj), linear(x, self.up_proj), self.limit), self.down_proj)
+        return self.from_gate(x, linear(x, self.gate_proj))
+
+    def from_gate(self, x: Tensor, gate: Tensor) -> Tensor:
+        """The output for x whose gate projection `gate` [S, I] the caller computed (with its other
+        projections of x: layers.linears). gate and up stay two matvecs, not one over [gate; up]:
+        swiglu then fuses into the second, where a fused product's halves need a dispatch of
+        their own (docs/perf.md, launches)."""
+        return linear(swiglu(gate, linear(x, self.up_proj), self.limit), self.down_proj)
 
 
 def rope_table(inv_freq: Tensor, max_positions: int, attention_scaling: float) -> tuple[Tensor, Tensor]:

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 import day0.frontend.ops  # noqa: F401  (registers torch.ops.day0.*)
 from day0.frontend.ops import moe_route, one_hot_sum
-from day0.models.layers import MLP, swiglu
+from day0.models.layers import MLP, linears, swiglu
 
 
 class Router(nn.Module):
@@ -29,7 +29,10 @@ class Router(nn.Module):
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """x [S, hidden] -> (weights [S, k] f32, experts [S, k] int64)."""
-        logits = F.linear(x, self.weight.float())  # [S, E]
+        return self.route(F.linear(x, self.weight.float()))
+
+    def route(self, logits: Tensor) -> tuple[Tensor, Tensor]:
+        """The router's logits [S, E] (x @ weightᵀ) -> (weights [S, k] f32, experts [S, k] int64)."""
         bias = self.e_score_correction_bias.float()
         normalize, scaling = bool(self.norm_topk_prob), float(self.scaling)
         return moe_route(logits, bias, self.groups, self.topk_group, self.top_k, normalize, scaling)
@@ -108,9 +111,13 @@ class MoE(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """x [S, hidden]. One token gathers only its k experts' weights; several tokens run every
         expert densely and mix with a sparse [S, E] weight matrix (no per-token weight copies)."""
-        weights, chosen = self.gate(x)
+        # the router's logits and the shared experts' gate projection in one matmul (layers.linears;
+        # the up projection stays apart: swiglu fuses into its matvec)
+        logits, shared_gate = linears(x, self.gate, self.shared_experts.gate_proj)
+        weights, chosen = self.gate.route(logits)
+        shared = self.shared_experts.from_gate(x, shared_gate)
         if isinstance(self.experts, Mxfp4Experts):
-            return self._mxfp4_routed(x, weights, chosen) + self.shared_experts(x)
+            return self._mxfp4_routed(x, weights, chosen) + shared
         gate, up, down = self.experts.stacked()
         if x.shape[0] == 1:
             idx = chosen[0]  # [k]
@@ -122,7 +129,7 @@ class MoE(nn.Module):
             mix = one_hot_sum(chosen, gate.shape[0], weights)  # [S, E]
             h = swiglu(torch.einsum("sh,eih->sei", x, gate), torch.einsum("sh,eih->sei", x, up), self.limit)
             routed = torch.einsum("sei,ehi,se->sh", h, down, mix)
-        return routed + self.shared_experts(x)
+        return routed + shared
 
     def _mxfp4_routed(self, x: Tensor, weights: Tensor, chosen: Tensor) -> Tensor:
         return mxfp4_routed(x, weights, chosen, *self.experts.stacked(), limit=self.limit)
