@@ -59,13 +59,18 @@ def keeping(names):
         _KEPT.reset(token)
 
 
+EMPTY_SCORE = -1e30  # indexer_scores' score of an empty slot (a negative row)
+
+
 def indexer_scores(q: Tensor, keys: Tensor, weights: Tensor, scale: float, rows: Tensor | None = None) -> Tensor:
     """The DSA lightning indexer's scores: out[s, t] = Σ_h weights[s, h] · relu(scale · q[s, h]·k[s, t]).
 
     q: [S, H, D] f32; weights: [S, H] f32 -> [S, T] f32. Keys (any float dtype, widened):
       rows None   keys [T, D], the same T keys for every query: k[s, t] = keys[t];
       rows [S, T] int64, one key range per query (a batched decode step over a paged pool:
-                  models/paging.py): k[s, t] = keys[rows[s, t]], keys the whole pool [R, D].
+                  models/paging.py): k[s, t] = keys[rows[s, t]], keys the whole pool [R, D];
+                  a negative row is an empty slot, out[s, t] = EMPTY_SCORE (the CUDA kernel
+                  reads no key there, and skips the products of a tile of empty slots).
     A target that keeps `indexer_scores` gets `day0::indexer_scores` or `day0::indexer_scores_rows`
     (its kernel reads each query's rows in place, no gathered copy).
     """
@@ -86,9 +91,10 @@ def indexer_scores_reference(q: Tensor, keys: Tensor, weights: Tensor, scale: fl
 
 
 def indexer_scores_rows_reference(q: Tensor, keys: Tensor, rows: Tensor, weights: Tensor, scale: float) -> Tensor:
-    gathered = keys.index_select(0, rows.reshape(-1)).view(*rows.shape, keys.shape[1]).float()  # [S, T, D]
+    flat = rows.reshape(-1).clamp(min=0)
+    gathered = keys.index_select(0, flat).view(*rows.shape, keys.shape[1]).float()  # [S, T, D]
     dots = torch.einsum("shd,std->sht", q, gathered) * scale
-    return torch.einsum("sh,sht->st", weights, torch.relu(dots))
+    return torch.where(rows < 0, EMPTY_SCORE, torch.einsum("sh,sht->st", weights, torch.relu(dots)))
 
 
 @torch.library.custom_op("day0::indexer_scores", mutates_args=())

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from day0.frontend import ops
 from day0.models.layers import linear, rope_columns
 
-INVISIBLE = -1e30  # the score of a position a query may not select
+INVISIBLE = ops.EMPTY_SCORE  # the score of a position a query may not select
 
 
 def select_topk(scores: Tensor, k: int) -> Tensor:
@@ -76,16 +76,22 @@ class Indexer(nn.Module):
         q = linear(q_resid, self.wq_b).view(s, self.heads, self.head_dim)
         q = rope_columns(q, cos, sin, 0, self.rope_dim, interleaved=False)
         weights = head_weights  # [S, H_I]
-        # Σ_h w_h · relu(q_h · k_t / sqrt(d_I)): [S, L]
         cache, rows = keys
-        index = ops.indexer_scores(q, cache, weights, self.head_dim**-0.5, rows)
         # k empty columns keep top-k defined when fewer than k keys are in range (a short first
-        # prefill over its own L = S keys); they come back as -1 like any invisible slot. Written
-        # as one elementwise expression over L + k columns (each reads its own column through a
-        # clamped index) rather than a masked_fill and an F.pad, whose fill was a launch of its
-        # own in every decode step.
-        width = index.shape[-1]
+        # prefill over its own L = S keys); they come back as -1 like any invisible slot. Each of
+        # the L + k columns reads its own slot through a clamped index.
+        width = visible.shape[-1]
         col = torch.arange(width + k)
         inside = col.clamp(max=width - 1)
         keep = (col < width) & visible.index_select(-1, inside)
+        scale = self.head_dim**-0.5
+        if rows is not None:
+            # One key range per query: its invisible and padding slots get row -1, which the op
+            # scores INVISIBLE itself (the row map is the same for every layer of a step: IREE
+            # computes it once), so no masking launch follows the scores in each layer.
+            rows = torch.where(keep, rows.index_select(-1, inside), -1)
+            return select_topk(ops.indexer_scores(q, cache, weights, scale, rows), k)
+        # Σ_h w_h · relu(q_h · k_t / sqrt(d_I)): [S, L]; masked and padded as one elementwise
+        # expression (a masked_fill and an F.pad's fill were launches of their own)
+        index = ops.indexer_scores(q, cache, weights, scale)
         return select_topk(torch.where(keep, index.index_select(-1, inside), INVISIBLE), k)

@@ -2,7 +2,9 @@
 //   out[s, t] = Σ_h w[s, h] · relu(scale · q[s, h, :] · keys[t, :])
 // q [S, H, D] f32, keys [T, D] (f32 or bf16), w [S, H] f32, out [S, T] f32; H <= 64, D <= 128.
 // The rows form (`day0::indexer_scores_rows`, a batched decode step over paged caches) reads key t
-// of query s at row rows[s, t] of keys [R, D] (a pool): rows [S, T] int64, out [S, T].
+// of query s at row rows[s, t] of keys [R, D] (a pool): rows [S, T] int64, out [S, T]. A negative
+// row is an empty slot (past the query's position, or top-k padding): its score is EMPTY_SCORE and
+// no key is read; a warp's tile of 16 empty slots skips its products.
 //
 // Dispatched by the `indexer-scores-to-cuda-kernel` pass (IREE external dispatch ABI: q, keys,
 // [rows,] w, out, then the push constants H, D, T, scale bits; grid (x, S), a CTA takes keys of
@@ -27,15 +29,16 @@
 #define THREADS 256
 #define WARPS (THREADS / 32)
 #define KEYS 128      // keys per CTA (16 a warp)
+#define EMPTY_SCORE -1.0e30f  // an empty slot's score (models/dsa_indexer.py INVISIBLE)
 #define MAX_H 64
 #define MAX_D 128
 
 __device__ __forceinline__ float to_f(float v) { return v; }
 __device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
 
-// The key row of slot t of query s: t, or rows[s, t] (rows: nullptr, or [S, T]).
-__device__ __forceinline__ size_t key_row(const long long* __restrict__ rows, int s, int T, int t) {
-  return rows ? (size_t)rows[(size_t)s * T + t] : (size_t)t;
+// The key row of slot t of query s: t, or rows[s, t] (rows: nullptr, or [S, T]); < 0: empty.
+__device__ __forceinline__ long long key_row(const long long* __restrict__ rows, int s, int T, int t) {
+  return rows ? rows[(size_t)s * T + t] : (long long)t;
 }
 
 template <typename K_>
@@ -55,7 +58,12 @@ __device__ void indexer_scores(const float* __restrict__ q, const K_* __restrict
   for (int j = 0; j < KEYS / WARPS; ++j) {
     const int t = t0 + j;
     if (t >= T) break;
-    const K_* krow = keys + key_row(rows, s, T, t) * D;
+    const long long r = key_row(rows, s, T, t);  // the same for the warp's lanes
+    if (r < 0) {
+      if (lane == 0) out[(size_t)s * T + t] = EMPTY_SCORE;
+      continue;
+    }
+    const K_* krow = keys + (size_t)r * D;
     for (int d = lane; d < D; d += 32) kbuf[warp][d] = to_f(krow[d]);
     __syncwarp();
     float total = 0.0f;
@@ -135,21 +143,26 @@ __device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
 }
 
 // Lane (g, i)'s A fragments of the tile at key t0: keys t0 + g (a[0]) and t0 + g + 8 (a[1]) of
-// query s (key_row), 8 bf16 of chunk c each; zeros past T or D. vec: D % 8 == 0 (16-byte aligned
-// rows).
-__device__ __forceinline__ void load_key_tile(uint4 (&a)[2][MMA_CHUNKS],
+// query s (key_row), 8 bf16 of chunk c each; zeros past T or D and for empty slots. vec: D % 8 == 0
+// (16-byte aligned rows). Returns whether any of the tile's 16 slots holds a key (the same for
+// the warp's lanes: every lane of the warp must call it).
+__device__ __forceinline__ bool load_key_tile(uint4 (&a)[2][MMA_CHUNKS],
                                               const __nv_bfloat16* __restrict__ keys,
                                               const long long* __restrict__ rows, int s, int t0,
                                               int T, int D, bool vec, int g, int i) {
+  bool any = false;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int t = t0 + g + 8 * r;
-    const size_t row = t < T ? key_row(rows, s, T, t) : 0;
+    const long long kr = t < T ? key_row(rows, s, T, t) : -1;
+    const bool live = kr >= 0;
+    const size_t row = live ? (size_t)kr : 0;
+    any |= live;
 #pragma unroll
     for (int c = 0; c < MMA_CHUNKS; ++c) {
       const int d0 = 32 * c + 8 * i;
       uint4 v = make_uint4(0u, 0u, 0u, 0u);
-      if (t < T && d0 < D) {
+      if (live && d0 < D) {
         const __nv_bfloat16* p = keys + row * D + d0;
         if (vec) {
           v = ld_stream(p);
@@ -168,6 +181,7 @@ __device__ __forceinline__ void load_key_tile(uint4 (&a)[2][MMA_CHUNKS],
       a[r][c] = v;
     }
   }
+  return __any_sync(0xffffffffu, any);
 }
 
 __device__ __forceinline__ void indexer_scores_mma(const float* __restrict__ q,
@@ -189,7 +203,7 @@ __device__ __forceinline__ void indexer_scores_mma(const float* __restrict__ q,
   // The first tile's keys do not depend on q: in flight while the CTA converts q.
   uint4 a[2][MMA_CHUNKS];
   int tile = first + warp;
-  load_key_tile(a, keys, rows, s, tile < last ? tile * TILE : T, T, D, vec, g, i);
+  bool live = load_key_tile(a, keys, rows, s, tile < last ? tile * TILE : T, T, D, vec, g, i);
 
   const float* qrow = q + (size_t)s * H * D;
   for (int f = threadIdx.x; f < nt_n * MMA_CHUNKS * 32; f += THREADS) {
@@ -213,9 +227,9 @@ __device__ __forceinline__ void indexer_scores_mma(const float* __restrict__ q,
   for (; tile < last; tile += WARPS) {
     uint4 next[2][MMA_CHUNKS];  // the warp's next tile, loading while this one computes
     const int nt0 = tile + WARPS;
-    load_key_tile(next, keys, rows, s, nt0 < last ? nt0 * TILE : T, T, D, vec, g, i);
+    const bool next_live = load_key_tile(next, keys, rows, s, nt0 < last ? nt0 * TILE : T, T, D, vec, g, i);
     float s0 = 0.0f, s1 = 0.0f;  // keys g, g + 8: Σ over this lane's heads of w·relu
-    for (int hg = 0; hg < nt_n; hg += MMA_GROUP) {
+    for (int hg = 0; live && hg < nt_n; hg += MMA_GROUP) {
       float acc[MMA_GROUP][4];
 #pragma unroll
       for (int n = 0; n < MMA_GROUP; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
@@ -250,11 +264,12 @@ __device__ __forceinline__ void indexer_scores_mma(const float* __restrict__ q,
       s1 += __shfl_xor_sync(0xffffffffu, s1, o);
     }
     const int t = tile * TILE + g + (i == 1 ? 8 : 0);
-    if (i < 2 && t < T) orow[t] = i == 0 ? s0 : s1;
+    if (i < 2 && t < T) orow[t] = key_row(rows, s, T, t) < 0 ? EMPTY_SCORE : (i == 0 ? s0 : s1);
 #pragma unroll
     for (int r = 0; r < 2; ++r)
 #pragma unroll
       for (int c = 0; c < MMA_CHUNKS; ++c) a[r][c] = next[r][c];
+    live = next_live;
   }
 }
 

@@ -353,6 +353,62 @@ def check_indexer_shapes(run: Runner) -> list[dict]:
     return results
 
 
+def check_indexer_rows(run: Runner) -> list[dict]:
+    """The rows form (a paged decode step: each query's keys through its rows of a pool) with empty
+    slots: a negative row scores EMPTY_SCORE and reads no key, a tile of 16 empty slots skips its
+    products. Rows: each query's visible prefix (a causal tail of -1 of its own length, k padding
+    columns of -1 after it), some -1 scattered inside."""
+    import torch
+
+    from day0.frontend.ops import EMPTY_SCORE
+
+    g = torch.Generator(device="cuda").manual_seed(2)
+    results = []
+    for S, H, D, R, T in ((3, 64, 128, 9000, 6144), (2, 32, 128, 700, 530), (4, 40, 100, 300, 77)):
+        keys = torch.randn(R, D, device="cuda", generator=g).to(torch.bfloat16)
+        rows = torch.randint(0, R, (S, T), device="cuda", generator=g, dtype=torch.int64)
+        visible = torch.tensor([T // 3, T - 17, 5, T][:S], device="cuda")
+        rows[torch.arange(T, device="cuda")[None, :] >= visible[:, None]] = -1
+        rows[:, 1::7] = -1
+        t = {
+            "q": torch.randn(S, H, D, device="cuda", generator=g),
+            "w": torch.rand(S, H, device="cuda", generator=g),
+            "keys": keys,
+            "rows": rows,
+            "out": torch.full((S, T), float("nan"), device="cuda"),
+        }
+        scale = D**-0.5
+        ref = torch.stack(
+            [
+                indexer_reference(t["q"][s : s + 1], keys[rows[s].clamp(min=0)], t["w"][s : s + 1], scale)[0]
+                for s in range(S)
+            ]
+        )
+        empty = rows < 0
+        res = {"piece": "indexer_rows_check", "S": S, "H": H, "D": D, "T": T}
+        for kernel in ("rows_bf16_mma", "rows_bf16"):
+            t["out"].fill_(float("nan"))
+            grid = kg.indexer_grid(kernel, S, T)
+            run(
+                Launch(
+                    kg.INDEXER_SCORES.ptx,
+                    kg.indexer_entry(kernel),
+                    grid,
+                    ("q", "keys", "rows", "w", "out"),
+                    (H, D, T, kg.f32_bits(scale)),
+                ),
+                t,
+            )
+            torch.cuda.synchronize()
+            out = t["out"]
+            res[f"{kernel}_empty_ok"] = bool((out[empty] == EMPTY_SCORE).all())
+            res[f"{kernel}_rel_err"] = _rel(out[~empty], ref[~empty])
+        res["ok"] = all(res[f"{k}_empty_ok"] and res[f"{k}_rel_err"] < 1e-4 for k in ("rows_bf16_mma", "rows_bf16"))
+        results.append(res)
+        print(json.dumps(res), flush=True)
+    return results
+
+
 def dsa_reference(q, kv, idx, scale: float, V: int):
     """float64 reference of day0::dsa_attention [S, H, V]; slots outside [0, T) are empty (as the
     kernels); a query with no valid slot gets zeros."""
@@ -692,7 +748,7 @@ def _table(results: list[dict]) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
-        if r["piece"] in ("indexer_check", "dsa_check"):
+        if r["piece"] in ("indexer_check", "indexer_rows_check", "dsa_check"):
             continue
         check = ""
         if "rel_err" in r:
@@ -739,6 +795,7 @@ def main(argv=None) -> int:
     results: list[dict] = []
     if "indexer" in pieces:
         results += check_indexer_shapes(run)
+        results += check_indexer_rows(run)
         results += _over_contexts(bench_indexer, run, contexts)
     if "dsa" in pieces:
         results += check_dsa_shapes(run)
