@@ -19,6 +19,10 @@ from parity_configs import PARITY, rel_err  # noqa: E402
 BLOCK = 4
 BLOCKS = 40
 TOL = 1e-6
+# A batched step multiplies [B, hidden] where one sequence multiplies a single row: torch's CPU
+# GEMM and GEMV sum in different orders (~1.3e-6 on glm-base, whose KDA and mHC layers carry the
+# difference); the engine's bound (issue 14) is 1e-5.
+BATCH_TOL = 1e-5
 
 
 SLOTS = 5
@@ -105,7 +109,7 @@ def test_a_batched_decode_step_equals_each_sequence_alone(model):
     got = paged.step(torch.tensor(nxt), torch.tensor(lengths), batch, [4, 3, 2])
     for j, n in enumerate(lengths):
         want = _dense(model, _ids(n, 10 + j), [nxt[j]])[1]
-        assert rel_err(got[j : j + 1], want) < TOL, j
+        assert rel_err(got[j : j + 1], want) < BATCH_TOL, j
 
 
 def test_views_address_rows_as_documented():
