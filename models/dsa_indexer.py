@@ -46,6 +46,11 @@ class Indexer(nn.Module):
         self.k_norm = nn.LayerNorm(head_dim, eps=1e-6)
         self.weights_proj = nn.Linear(hidden, heads, bias=False)
 
+    @property
+    def weight_scale(self) -> float:
+        """H_I^-½, the factor of the weights_proj projection (`select`'s head_weights)."""
+        return self.heads**-0.5
+
     def keys(self, projected: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         """Indexer key rows [S, d_I] from the new tokens' `wk` projection [S, d_I] (the caller
         computes it beside its other projections of x: layers.linears; cos/sin [S, rope/2])."""
@@ -64,8 +69,8 @@ class Indexer(nn.Module):
         k: int,
     ) -> Tensor:
         """Selected slots [S, k] int64 (-1 = empty) of the key range for the new tokens, whose
-        `weights_proj` projection times H_I^-½ is head_weights [S, H_I] (computed with the
-        caller's other projections of x, like `keys`' input).
+        `weights_proj` projection times `weight_scale` is head_weights [S, H_I] (computed with
+        the caller's other projections of x, like `keys`' input).
 
         keys: the key range, new keys already written (CacheView.indexed): (rows [L, d_I], None)
         shared by every query, or (the cache, its rows [S, L]), one range per query (a batch of
@@ -75,7 +80,6 @@ class Indexer(nn.Module):
         s = q_resid.shape[0]
         q = linear(q_resid, self.wq_b).view(s, self.heads, self.head_dim)
         q = rope_columns(q, cos, sin, 0, self.rope_dim, interleaved=False)
-        weights = head_weights  # [S, H_I]
         cache, rows = keys
         # k empty columns keep top-k defined when fewer than k keys are in range (a short first
         # prefill over its own L = S keys); they come back as -1 like any invisible slot. Each of
@@ -90,8 +94,8 @@ class Indexer(nn.Module):
             # scores INVISIBLE itself (the row map is the same for every layer of a step: IREE
             # computes it once), so no masking launch follows the scores in each layer.
             rows = torch.where(keep, rows.index_select(-1, inside), -1)
-            return select_topk(ops.indexer_scores(q, cache, weights, scale, rows), k)
+            return select_topk(ops.indexer_scores(q, cache, head_weights, scale, rows), k)
         # Σ_h w_h · relu(q_h · k_t / sqrt(d_I)): [S, L]; masked and padded as one elementwise
         # expression (a masked_fill and an F.pad's fill were launches of their own)
-        index = ops.indexer_scores(q, cache, weights, scale)
+        index = ops.indexer_scores(q, cache, head_weights, scale)
         return select_topk(torch.where(keep, index.index_select(-1, inside), INVISIBLE), k)

@@ -61,7 +61,7 @@ class SparseMLA(nn.Module):
             self.kv_a_proj_with_mqa,
             self.indexer.wk,
             self.indexer.weights_proj,
-            scales=(1.0, 1.0, 1.0, self.indexer.heads**-0.5),
+            scales=(1.0, 1.0, 1.0, self.indexer.weight_scale),
         )
         q_resid = self.q_a_layernorm(q_a)
         q = linear(q_resid, self.q_b_proj).view(s, self.heads, self.nope + self.rope)

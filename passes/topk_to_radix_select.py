@@ -193,14 +193,14 @@ def _rewrite(site: TopkSite) -> list[Value]:
 class TopkToRadixSelect(ModulePass):
     """Options:
     min-size  rewrite only topk's whose static row length is >= min-size (default 0: all); a
-              dynamic row length counts as long enough.
-    row-bound the longest a dynamic row can be (the driver's max_seq_len plus the indexer's k
-              padding columns; 0, the default: unknown). Only the choice of form depends on it:
-              the one-CTA kernel is exact at any length, only slower than the segmented one on
-              long rows. Shorter rows are left to a later pass
+              dynamic row length counts as long enough. Shorter rows are left to a later pass
               (topk-to-linalg-ext). The cuda-sm90 pipeline keeps 0: IREE's CUDA lowering of
               iree_linalg_ext.topk returned out-of-range indices on the MoE routers' -inf-masked
               rows (lowering/targets.py), and short rows take the one-kernel form here.
+    row-bound the longest a dynamic row can be (the driver's max_seq_len plus the indexer's k
+              padding columns; 0, the default: unknown). Only the choice of form depends on it:
+              the one-CTA kernel is exact at any length, only slower than the segmented one on
+              long rows.
     """
 
     name = "topk-to-radix-select"

@@ -127,8 +127,7 @@ def add_arguments(
         "--prefill-chunk",
         type=int,
         default=None,
-        help="most prompt tokens one engine step runs (default: the artifact's static prompt chunk, 512 on "
-        "cuda-sm90 for models that have one, else 64)",
+        help="most prompt tokens one engine step runs (default: the artifact's static prompt chunk, else 64)",
     )
     p.add_argument("--max-queue", type=int, default=256, help="requests that may wait for admission; past it: 429")
     p.add_argument("--model-name", default=None, help="the name clients ask for (default: the artifact's folder name)")
