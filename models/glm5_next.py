@@ -38,7 +38,7 @@ from day0.models.config import (
 )
 from day0.models.kda import KdaAttention, require_kda_sizes
 from day0.models.kpool_indexer import KPoolIndexer
-from day0.models.layers import MLP, RMSNorm
+from day0.models.layers import MLP, RMSNorm, linears
 from day0.models.mhc import hc_merge, hc_parameters, hc_weights
 from day0.models.mla import NopeMLA
 from day0.models.moe import MoE
@@ -204,12 +204,18 @@ class DsaAttention(NopeMLA):
         previous full layer's selection, cache rows [S, K] (shared layers) or None; pools: the
         number of pools the indexer selects (static). Returns (out [S, hidden], selected,
         kv_cache, *indexer_state)."""
-        q_in, compressed = self.project(x)
+        if hasattr(self, "indexer"):  # every projection of x in one matmul (layers.linears)
+            indexer = self.indexer
+            q_in, compressed, k, gate, weights = linears(
+                x, *self.projections(), *indexer.projections(), scales=(1.0, 1.0, *indexer.scales())
+            )
+        else:
+            q_in, compressed = self.project(x)
         q_resid, query = self.queries(q_in)
         kv_cache = self.write_cache(compressed, view.rows, kv_cache)
         if hasattr(self, "indexer"):
-            indexer_state = self.indexer.update(x, view, *indexer_state)
-            selected = view.physical(self.indexer.select(x, q_resid, view, indexer_state[1], pools))
+            indexer_state = indexer.update(k, gate, view, *indexer_state)
+            selected = view.physical(indexer.select(weights, q_resid, view, indexer_state[1], pools))
         o_latent = torch.ops.day0.dsa_attention(query, kv_cache, selected, self.scale, self.rank)
         return self.output(o_latent), selected, kv_cache, *indexer_state
 

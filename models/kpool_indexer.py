@@ -58,12 +58,20 @@ class KPoolIndexer(nn.Module):
     def state_shapes(self, max_seq_len: int) -> tuple[tuple[int, int], tuple[int, int]]:
         return (max_seq_len, 2 * self.head_dim), (self.pools(max_seq_len), self.head_dim)
 
-    def token_rows(self, x: Tensor) -> Tensor:
-        """[k | gate] rows [S, 2·d_I] for tokens x [S, hidden]."""
-        k = F.layer_norm(
-            linear(x, self.wk), (self.head_dim,), self.k_norm.weight.float(), self.k_norm.bias.float(), self.k_norm.eps
-        )
-        return torch.cat([k, x @ self.index_kpool_compress_gate.float().T], -1)
+    def projections(self) -> tuple[nn.Module | Tensor, ...]:
+        """The indexer's projections of x, in the order of `token_rows`, `update` and `select`'s
+        inputs: (W_k, W_gate, W_w). The attention layer computes them with its own projections
+        of x as one matmul (layers.linears, with `scales`)."""
+        return self.wk, self.index_kpool_compress_gate, self.weights_proj
+
+    def scales(self) -> tuple[float, ...]:
+        """The factor of each of `projections`: W_w's outputs are the head weights times H_I^-½."""
+        return 1.0, 1.0, self.heads**-0.5
+
+    def token_rows(self, k: Tensor, gate: Tensor) -> Tensor:
+        """[k | gate] rows [S, 2·d_I] for tokens whose W_k and W_gate projections are k, gate."""
+        k = F.layer_norm(k, (self.head_dim,), self.k_norm.weight.float(), self.k_norm.bias.float(), self.k_norm.eps)
+        return torch.cat([k, gate], -1)
 
     def pool_keys(self, token_cache: Tensor, pools: Tensor) -> Tensor:
         """K_p [P, d_I] for pool ids `pools` [P] from the token cache [T, 2·d_I] (rows past T are
@@ -76,11 +84,14 @@ class KPoolIndexer(nn.Module):
         probs = torch.softmax(gate + self.index_kpool_compress_ape.float(), dim=1)
         return (probs * keys).sum(1)
 
-    def update(self, x: Tensor, view: CacheView, token_cache: Tensor, pool_cache: Tensor) -> tuple[Tensor, Tensor]:
-        """Write the new tokens' rows and rewrite the pools they touch; returns both caches.
-        Caches addressed through `view` (dense, or paged pools whose blocks hold whole pools)."""
-        token_cache = token_cache.index_copy(0, view.rows, self.token_rows(x))
-        if x.shape[0] > 1 and view.key_rows is None:  # a dense prompt: every pool (static shape)
+    def update(
+        self, k: Tensor, gate: Tensor, view: CacheView, token_cache: Tensor, pool_cache: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """Write the new tokens' rows (from their W_k and W_gate projections k, gate [S, d_I])
+        and rewrite the pools they touch; returns both caches. Caches addressed through `view`
+        (dense, or paged pools whose blocks hold whole pools)."""
+        token_cache = token_cache.index_copy(0, view.rows, self.token_rows(k, gate))
+        if k.shape[0] > 1 and view.key_rows is None:  # a dense prompt: every pool (static shape)
             pool_cache = self.pool_keys(token_cache, torch.arange(pool_cache.shape[0], dtype=torch.int64))
         else:  # the pool of each new token (a block holds whole pools), from its final rows; the
             # tokens of one pool write the same keys there, so repeated indices agree
@@ -88,25 +99,25 @@ class KPoolIndexer(nn.Module):
             pool_cache = pool_cache.index_copy(0, pool, self.pool_keys(token_cache, pool))
         return token_cache, pool_cache
 
-    def pool_scores(self, x: Tensor, q_resid: Tensor, view: CacheView, pool_cache: Tensor) -> Tensor:
+    def pool_scores(self, weights: Tensor, q_resid: Tensor, view: CacheView, pool_cache: Tensor) -> Tensor:
         """I [S, L/kpool] over the key range's pools, INVISIBLE where a pool is not complete at
-        the query's position."""
-        s = x.shape[0]
+        the query's position; weights [S, H_I]: W_w · x · H_I^-½ (`projections`, `scales`)."""
+        s = weights.shape[0]
         q = linear(q_resid, self.wq_b).view(s, self.heads, self.head_dim)
-        weights = linear(x, self.weights_proj) * self.heads**-0.5  # [S, H_I]
         keys, rows = view.indexed_pools(pool_cache, self.kpool)  # [P, d_I], or the pool and rows [S, P]
         scores = ops.indexer_scores(q, keys, weights, self.head_dim**-0.5, rows)  # [S, P]
         complete = (view.positions[:, None] + 1) // self.kpool  # pools whose end is visible
         visible = torch.arange(scores.shape[1], dtype=torch.int64)[None, :] < complete
         return scores.masked_fill(~visible, INVISIBLE)
 
-    def select(self, x: Tensor, q_resid: Tensor, view: CacheView, pool_cache: Tensor, n: int) -> Tensor:
+    def select(self, weights: Tensor, q_resid: Tensor, view: CacheView, pool_cache: Tensor, n: int) -> Tensor:
         """Selected slots [S, K] of the key range, int64 (-1 = empty): the top `n` whole pools
-        (n = selected_pools(max_seq_len), static), then the visible tail."""
-        scores = F.pad(self.pool_scores(x, q_resid, view, pool_cache), (0, n), value=INVISIBLE)
+        (n = selected_pools(max_seq_len), static), then the visible tail; weights as
+        `pool_scores`."""
+        scores = F.pad(self.pool_scores(weights, q_resid, view, pool_cache), (0, n), value=INVISIBLE)
         pools = select_topk(scores, n)  # [S, n]
         offsets = torch.arange(self.kpool, dtype=torch.int64)
-        tokens = torch.where(pools[..., None] >= 0, pools[..., None] * self.kpool + offsets, -1).reshape(x.shape[0], -1)
+        tokens = torch.where(pools[..., None] >= 0, pools[..., None] * self.kpool + offsets, -1).flatten(1)
         if not self.select_tail:
             return tokens
         seen = view.positions[:, None] + 1  # [S, 1] tokens visible to the query

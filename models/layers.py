@@ -32,11 +32,11 @@ def linear(x: Tensor, layer: nn.Linear) -> Tensor:
 
 
 def linears(
-    x: Tensor, *projections: nn.Module | tuple[nn.Module, ...], scales: tuple[float, ...] | None = None
+    x: Tensor, *projections: nn.Module | Tensor | tuple[nn.Module, ...], scales: tuple[float, ...] | None = None
 ) -> tuple[Tensor, ...]:
     """(x @ W1ᵀ (+ b1), x @ W2ᵀ (+ b2), ...) for projections of the same x (modules with a
-    `weight` [out, in] and optionally a `bias`), as ONE matmul over the weights concatenated by
-    rows, its columns split back. A decode step then launches one matvec where it launched one
+    `weight` [out, in] and optionally a `bias`, or a bare weight parameter [out, in]), as ONE
+    matmul over the weights concatenated by rows, its columns split back. A decode step then launches one matvec where it launched one
     per projection (docs/perf.md, launches). A tuple of modules is one projection: its output is
     theirs side by side (transformers' q, k and v of a KDA layer: one [S, 3·H·K] block).
 
@@ -51,10 +51,10 @@ def linears(
     projection's slice would be a dispatch of its own)."""
     groups = [p if isinstance(p, tuple) else (p,) for p in projections]
     layers = [m for g in groups for m in g]
-    weights = [m.weight for m in layers]
-    biases = [getattr(m, "bias", None) for m in layers]
+    weights = [m if isinstance(m, Tensor) else m.weight for m in layers]
+    biases = [None if isinstance(m, Tensor) else getattr(m, "bias", None) for m in layers]
     factors = scales or (1.0,) * len(groups)
-    sizes = [sum(m.weight.shape[0] for m in g) for g in groups]
+    sizes = [sum(m.shape[0] if isinstance(m, Tensor) else m.weight.shape[0] for m in g) for g in groups]
     dtypes = {t.dtype for t in weights + [b for b in biases if b is not None]}
     if len(layers) == 1 or len({b is None for b in biases}) > 1 or len(dtypes) > 1:
         outs = iter([F.linear(x, w.float(), None if b is None else b.float()) for w, b in zip(weights, biases)])

@@ -164,12 +164,15 @@ class NopeMLA(nn.Module):
         probs = torch.softmax(scores.masked_fill(~view.visible[:, None, :], float("-inf")), dim=-1)
         return self.output(torch.einsum(f"shl,{each}lr->shr", probs, keys[..., : self.rank])), kv_cache
 
+    def projections(self) -> tuple[nn.Module, nn.Module]:
+        """The projections of x: (q_a_proj, or q_proj without a q LoRA; kv_a_proj_with_mqa). A
+        caller with more projections of the same x passes them to layers.linears together."""
+        return (self.q_proj if hasattr(self, "q_proj") else self.q_a_proj), self.kv_a_proj_with_mqa
+
     def project(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """The projections of x [S, hidden] in one matmul (layers.linears): (q_a_proj(x), or
-        q_proj(x) without a q LoRA; kv_a_proj_with_mqa(x)), the inputs of `queries` and
-        `write_cache`."""
-        q = self.q_proj if hasattr(self, "q_proj") else self.q_a_proj
-        return linears(x, q, self.kv_a_proj_with_mqa)
+        """`projections` of x [S, hidden] in one matmul (layers.linears): the inputs of `queries`
+        and `write_cache`."""
+        return linears(x, *self.projections())
 
     def queries(self, q_in: Tensor) -> tuple[Tensor | None, Tensor]:
         """(q_resid [S, q_lora_rank] or None without a q LoRA, absorbed queries [S, H, rank + shared])

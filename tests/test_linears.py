@@ -54,3 +54,17 @@ def test_a_tuple_is_one_projection_of_its_modules_side_by_side():
     abc, m = linears(x, (a, b, c), mixed)
     torch.testing.assert_close(abc, torch.cat([linear(x, a), linear(x, b), linear(x, c)], -1))
     torch.testing.assert_close(m, linear(x, mixed))
+
+
+def test_a_bare_weight_is_a_projection_without_bias():
+    a, b, _ = _layers([torch.bfloat16] * 3)
+    w = nn.Parameter(torch.randn(6, 16).to(torch.bfloat16))  # like GLM-5's index_kpool_compress_gate
+    x = torch.randn(3, 16)
+    got_a, got_w, got_b = linears(x, a, w, b)
+    torch.testing.assert_close(got_w, x @ w.float().T, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(got_a, linear(x, a), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(got_b, linear(x, b), rtol=1e-6, atol=1e-6)
+    with_bias = nn.Linear(16, 2, bias=True).to(torch.bfloat16)  # a bias on one only: separate products
+    got_w, got_c = linears(x, w, with_bias)
+    torch.testing.assert_close(got_w, x @ w.float().T)
+    torch.testing.assert_close(got_c, linear(x, with_bias))
