@@ -137,8 +137,27 @@ def rope_columns(x: Tensor, cos: Tensor, sin: Tensor, start: int, width: int, in
     partner column through a constant index (and its frequency's cos/sin the same way). IREE
     fuses such gathers into the producer's dispatch, where the slices and the cat were copies
     and dispatches of their own in every decode step (docs/perf.md, launches)."""
-    d, half = x.shape[-1], width // 2
-    j = torch.arange(d)
+    inside, rotated = _rope_at(x, cos, sin, start, width, interleaved, torch.arange(x.shape[-1]))
+    return torch.where(inside, rotated, x)  # x itself, not through an identity gather: IREE
+    # fails to distribute a reduction's consumer that gathers the reduced tensor at its own index
+
+
+def rope_gather(
+    x: Tensor, cos: Tensor, sin: Tensor, start: int, width: int, interleaved: bool, columns: Tensor
+) -> Tensor:
+    """`rope_columns(x, ...)[..., columns]` (columns: a constant int64 index [n]) as the same one
+    elementwise expression, each output column reading its sources in x directly: a caller can
+    place rotated columns anywhere in a tensor it assembles without a slice or a cat."""
+    inside, rotated = _rope_at(x, cos, sin, start, width, interleaved, columns)
+    return torch.where(inside, rotated, x.index_select(-1, columns))
+
+
+def _rope_at(
+    x: Tensor, cos: Tensor, sin: Tensor, start: int, width: int, interleaved: bool, columns: Tensor
+) -> tuple[Tensor, Tensor]:
+    """(whether each of `columns` [n] is rotated, x's rotated value there [S, ..., n])."""
+    half = width // 2
+    j = columns
     inside = (j >= start) & (j < start + width)
     k = (j - start).clamp(0, width - 1)  # the column within the rotated part
     m, first = k % half, k < half  # its frequency, and whether it is in the first half
@@ -147,11 +166,10 @@ def rope_columns(x: Tensor, cos: Tensor, sin: Tensor, start: int, width: int, in
     else:
         src, partner = start + k, start + torch.where(first, k + half, k - half)
     src, partner = torch.where(inside, src, j), torch.where(inside, partner, j)
-    shape = (cos.shape[0],) + (1,) * (x.dim() - 2) + (d,)
+    shape = (cos.shape[0],) + (1,) * (x.dim() - 2) + (j.shape[0],)
     c = cos.index_select(-1, m).reshape(shape)
     s = torch.where(first, -sin.index_select(-1, m), sin.index_select(-1, m)).reshape(shape)
-    rotated = x.index_select(-1, src) * c + x.index_select(-1, partner) * s
-    return torch.where(inside, rotated, x)
+    return inside, x.index_select(-1, src) * c + x.index_select(-1, partner) * s
 
 
 def yarn_mscale(scale: float, mscale: float) -> float:

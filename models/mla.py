@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 import day0.frontend.ops  # noqa: F401  (registers torch.ops.day0.*)
 from day0.models.dsa_indexer import Indexer
-from day0.models.layers import RMSNorm, linear, linears, rope_columns, yarn_mscale
+from day0.models.layers import RMSNorm, linear, linears, rope_columns, rope_gather, yarn_mscale
 from day0.models.paging import CacheView
 
 
@@ -65,7 +65,6 @@ class SparseMLA(nn.Module):
         )
         q_resid = self.q_a_layernorm(q_a)
         q = linear(q_resid, self.q_b_proj).view(s, self.heads, self.nope + self.rope)
-        q_nope, q_rope = q[..., : self.nope], rope_columns(q, cos, sin, self.nope, self.rope, True)[..., self.nope :]
 
         row = cache_row(compressed, self.kv_a_layernorm, rope_columns(compressed, cos, sin, self.rank, self.rope, True))
         # caches may be bf16 (CausalLM.cache_dtype): rows are rounded once, when written
@@ -77,13 +76,22 @@ class SparseMLA(nn.Module):
         selected = view.physical(slots)
 
         w_kv = self.kv_b_proj.weight.float().view(self.heads, self.nope + self.v, self.rank)
-        q_latent = absorb_uk(q_nope, w_kv[:, : self.nope])
-        query = torch.cat([q_latent, q_rope], -1)  # [S, H, rank + rope]
+        query = self._query(absorb_uk(q[..., : self.nope], w_kv[:, : self.nope]), q, cos, sin)
         # a bf16 cache takes a bf16 query (the tensor-core kernels' form; math in f32 inside);
         # the result is f32 whatever the cache dtype
         o_latent = torch.ops.day0.dsa_attention(query.to(kv_cache.dtype), kv_cache, selected, self.scale, self.rank)
         o = apply_uv(o_latent, w_kv[:, self.nope :])
         return linear(o.reshape(s, self.heads * self.v), self.o_proj), kv_cache, index_cache
+
+    def _query(self, q_latent: Tensor, q: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        """[q_latent | rope(q_rope)] [S, H, rank + rope] from q_latent [S, H, rank] and q [S, H,
+        nope + rope], bit for bit the torch.cat of the two, as one elementwise expression (the
+        rope columns read from q through layers.rope_gather): with the cast to the cache dtype
+        one dispatch, where the rope, the cat and the cast were two (docs/perf.md, launches)."""
+        c = torch.arange(self.rank + self.rope)
+        latent = q_latent.index_select(-1, c.clamp(max=self.rank - 1))
+        rotated = rope_gather(q, cos, sin, self.nope, self.rope, True, (c - self.rank).clamp(min=0) + self.nope)
+        return torch.where(c < self.rank, latent, rotated)
 
 
 def cache_row(compressed: Tensor, norm: RMSNorm, rotated: Tensor) -> Tensor:

@@ -4,7 +4,7 @@ bit, the rotated slice concatenated with the untouched columns (the form it repl
 import pytest
 import torch
 
-from day0.models.layers import rope_columns
+from day0.models.layers import rope_columns, rope_gather
 
 
 def _pairs(x, cos, sin):
@@ -31,3 +31,14 @@ def test_rope_columns_equals_the_concatenated_form(interleaved, start, middle):
     got = rope_columns(x, cos, sin, start, 16, interleaved)
     assert torch.equal(got, want)
     assert not torch.equal(got, x)  # the rotation did something
+
+
+@pytest.mark.parametrize("interleaved", [True, False])
+def test_rope_gather_places_the_rotated_columns_where_asked(interleaved):
+    """MLA's query [q_latent | rope(q_rope)] reads its rope columns this way (SparseMLA._query)."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(5, 3, 40, generator=g)
+    cos, sin = torch.randn(5, 8, generator=g), torch.randn(5, 8, generator=g)
+    full = rope_columns(x, cos, sin, 24, 16, interleaved)
+    columns = torch.tensor([30, 24, 39, 0, 23, 31, 24])  # any order, repeats, unrotated columns
+    assert torch.equal(rope_gather(x, cos, sin, 24, 16, interleaved, columns), full[..., columns])
