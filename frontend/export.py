@@ -7,6 +7,7 @@ which the `parameters-to-globals` pass turns into an IREE parameter global read 
 load time. The model can therefore be exported with uninitialized weights (no checkpoint load).
 """
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -233,9 +234,12 @@ def export_model(
     params: set[str] = set()
     for name in entry_points(lm, prefill_chunk) + paged_entry_points(paged):
         module, args, shapes = modules[name]
-        with ops.keeping(keep):
-            program = torch.export.export(module, args, dynamic_shapes=shapes, strict=False)
-        program = program.run_decompositions(decompositions)
+        with warnings.catch_warnings():
+            # torch's own pytree code trips its LeafSpec deprecation while exporting: not ours to fix
+            warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning)
+            with ops.keeping(keep):
+                program = torch.export.export(module, args, dynamic_shapes=shapes, strict=False)
+            program = program.run_decompositions(decompositions)
         before = _function_names(importer.module_op)
         importer.import_program(program, func_name=name)
         _own_private_functions(importer.module_op, name, before)
