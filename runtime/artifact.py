@@ -162,13 +162,16 @@ class Manifest:
     @property
     def prefill_chunk(self) -> int:
         """The static prefill length (0: the artifact has none)."""
-        entry = self.entry_points.get("prefill_chunk")
-        return entry.static_len if entry else 0
+        return self.static_len("prefill_chunk")
 
     @property
     def paged_prefill_chunk(self) -> int:
         """The static length of the paged prompt chunk (0: the artifact has none)."""
-        entry = self.entry_points.get("paged_prefill_chunk")
+        return self.static_len("paged_prefill_chunk")
+
+    def static_len(self, entry_point: str) -> int:
+        """The static token count of an entry point (0: absent, or not static)."""
+        entry = self.entry_points.get(entry_point)
         return entry.static_len if entry else 0
 
     @property
