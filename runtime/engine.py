@@ -52,6 +52,7 @@ from day0.runtime.blocks import SCRATCH_BLOCK, BlockPool
 from day0.runtime.loading import open_artifact, token_ids
 from day0.runtime.sampling import logprobs, make_rng, sample, validate_sampling
 from day0.runtime.state_file import np_dtype
+from day0.runtime.step_call import StepCaller
 
 SCRATCH_SLOT = 0  # the slot padding rows of a batched step use; never a sequence's
 KINDS = ("text", "image")  # request kinds, each with its own waiting queue
@@ -143,9 +144,12 @@ class Engine:
         shapes += [(max_running + 1, *t.shape, t.dtype) for t in self.layout.slots]
         self._state = [vm.to_device(np.zeros(shape, dtype=np_dtype(dtype))) for *shape, dtype in shapes]
         self._free_slots = list(range(max_running, SCRATCH_SLOT, -1))  # pop() hands out low numbers first
-        self._prefill = vm.function("paged_prefill")
-        self._prefill_static = vm.function("paged_prefill_chunk") if self.static_chunk else None
-        self._decode = {b: vm.function(f"paged_decode_{b}") for b in self.layout.batch_sizes}
+        self._prefill = "paged_prefill"
+        self._prefill_static = "paged_prefill_chunk" if self.static_chunk else None
+        self._decode = {b: f"paged_decode_{b}" for b in self.layout.batch_sizes}
+        most = max(self.layout.batch_sizes)
+        tokens, blocks = max(self.chunk, most), self.blocks.blocks_for(self.max_seq_len)
+        self._caller = StepCaller(vm, [tokens, tokens, most * blocks, most])  # ids, positions, tables, slots
         self._ids = itertools.count()
         self._waiting: dict[str, list[_Sequence]] = {k: [] for k in KINDS}
         self._running: dict[int, _Sequence] = {}
@@ -309,11 +313,11 @@ class Engine:
         self.blocks.release(rid)
         self._free_slots.append(seq.slot)
 
-    def _call(self, fn, ids: np.ndarray, positions: np.ndarray, tables: np.ndarray, slots: np.ndarray):
-        """One paged step over the Engine's state; returns (logits, next) on the device."""
-        out = fn(ids, positions, tables, slots, *self._state)
-        self._state = list(out[2:])
-        return out[0], out[1]
+    def _call(self, name: str, ids, positions, tables, slots, logits: bool):
+        """One paged step over the Engine's state; returns (the logits rows on the host, or None
+        unless `logits`; the device's next tokens on the host)."""
+        host, self._state = self._caller(name, [ids, positions, tables, slots], self._state, (0, 1) if logits else (1,))
+        return (host[0] if logits else None), host[-1].reshape(-1)
 
     def _prompt_pieces(self, seq: _Sequence) -> list[tuple[int, int, bool]]:
         """This step's calls for `seq`'s prompt, (start, end, static), at most `chunk` tokens of
@@ -341,14 +345,13 @@ class Engine:
             positions = np.arange(start, end, dtype=np.int64)
             table = np.array(self._table(seq, end), dtype=np.int64)[None, :]
             slot = np.array([seq.slot], dtype=np.int64)
-            logits, nxt = self._call(fn, seq.prompt[start:end], positions, table, slot)
+            host, nxt = self._call(fn, seq.prompt[start:end], positions, table, slot, seq.needs_row)
             seq.fed = end
             p = progress.setdefault(seq.id, Progress())
-            host = np.array(logits.to_host(), copy=True) if seq.needs_row else None
             if seq.keep_logits:  # never a static piece: its rows are all there
                 p.logits.extend(host)
             if not seq.in_prompt:
-                token = int(np.asarray(nxt.to_host()).reshape(-1)[0]) if seq.greedy else None
+                token = int(nxt[0]) if seq.greedy else None
                 self._emit(seq, p, token, None if host is None else host[-1])
 
     def _run_decode(self, seqs: list[_Sequence], progress: dict[int, Progress], prompt_token: bool = False) -> None:
@@ -362,10 +365,7 @@ class Engine:
             ids[r] = s.prompt[s.fed] if prompt_token else s.out[-1]
             positions[r], slots[r] = s.fed, s.slot
             tables[r, : len(rows[r])] = rows[r]
-        logits, nxt = self._call(self._decode[size], ids, positions, tables, slots)
-        tokens = np.asarray(nxt.to_host()).reshape(-1)
-        need_host = any(s.needs_row for s in seqs)
-        host = np.array(logits.to_host(), copy=True) if need_host else None
+        host, tokens = self._call(self._decode[size], ids, positions, tables, slots, any(s.needs_row for s in seqs))
         for r, s in enumerate(seqs):
             s.fed += 1
             p = progress.setdefault(s.id, Progress())

@@ -81,8 +81,9 @@ class VmModule:
         module: rt.VmModule,
         parameter_files: tuple[Path, ...],
         keepalive: tuple = (),
+        device_name: str = "local-task",
     ):
-        self.device = device
+        self.device, self.device_name = device, device_name
         self.parameter_files = parameter_files
         # The instance, context and index must outlive every function handed out.
         self._instance, self._context, self._module = instance, context, module
@@ -144,7 +145,7 @@ class VmModule:
             raise VmError(
                 f"initializing {vmfb_path} on {device} failed (parameter scope {scope!r}, files: {names}): {e}"
             ) from None
-        return cls(hal_device, instance, context, module, files, keepalive)
+        return cls(hal_device, instance, context, module, files, keepalive, device)
 
     @property
     def function_names(self) -> list[str]:
@@ -165,6 +166,18 @@ class VmModule:
             fn = rt.FunctionInvoker(self._context, self.device, vm_function)
             self._functions[name] = fn
         return fn
+
+    def async_function(self, name: str) -> rt.VmFunction:
+        """The `$async` variant of entry point `name`, for `invoke` (runtime/step_call.py): its
+        arguments end with a wait fence and a signal fence, and it returns before the device
+        has run it."""
+        if name not in self.function_names:
+            raise KeyError(f"no function {name!r} in the module; it exports: {', '.join(self.function_names)}")
+        return self._module.lookup_function(f"{name}$async")
+
+    def invoke(self, function: rt.VmFunction, args: rt.VmVariantList, results: rt.VmVariantList) -> None:
+        """Call `function` of this module's context with prepared argument and result lists."""
+        self._context.invoke(function, args, results)
 
     def to_device(self, array: np.ndarray) -> rt.DeviceArray:
         """A device copy of `array` (C-contiguous; dtype kept)."""

@@ -95,8 +95,10 @@ def test_static_prompt_chunks_give_what_session_gives(artifact, name):
     engine = Engine.load(artifact(name))
     assert (engine.static_chunk, engine.chunk) == (8, 8)  # the default chunk: the static one
     calls = []
-    static = engine._prefill_static
-    engine._prefill_static = lambda *a: calls.append(a[0].size) or static(*a)
+    call = engine._call
+    engine._call = lambda name, ids, *a: (
+        (name == "paged_prefill_chunk" and calls.append(ids.size)) or call(name, ids, *a)
+    )
     prompts = {n: _ids(n, 40 + n) for n in (5, 8, 13, 21)}
     rids = {engine.add(p, max_new_tokens=5, stop=(), logprobs=20): n for n, p in prompts.items()}
     tokens, lps = {n: [] for n in prompts}, {n: [] for n in prompts}
@@ -292,3 +294,27 @@ def test_logprobs_are_the_log_softmax_of_the_rows(artifact):
             assert [t for t, _ in best] == np.argsort(-ref, kind="stable")[:top].tolist()
     with pytest.raises(EngineError, match=r"logprobs must be an integer in \[0, 20\] or None, got 21"):
         engine.add([1, 2], logprobs=21)
+
+
+def test_step_caller_matches_the_synchronous_entry_point(artifact):
+    """runtime/step_call.py (the `$async` entry point, inputs through one pinned staging buffer,
+    results read back by one copy) gives what `iree.runtime`'s synchronous call gives: the same
+    logits and next token, the same state; and an input larger than the buffers it sized is
+    refused with the numbers."""
+    from day0.runtime.step_call import StepCaller
+
+    engine = Engine.load(artifact("ds-sparse"))
+    vm, state = engine._vm, engine._state
+    ids, pos = np.array(_ids(6, 3), dtype=np.int64), np.arange(6, dtype=np.int64)
+    table, slot = np.array([[1]], dtype=np.int64), np.array([1], dtype=np.int64)
+    copies = [vm.to_device(np.array(s.to_host(), copy=True)) for s in state]
+    ref = vm.function("paged_prefill")(ids, pos, table, slot, *copies)
+    caller = StepCaller(vm, [8, 8, 4, 2])
+    (logits, nxt), new_state = caller("paged_prefill", [ids, pos, table, slot], state, (0, 1))
+    np.testing.assert_array_equal(logits, ref[0].to_host())
+    np.testing.assert_array_equal(nxt, ref[1].to_host())
+    assert len(new_state) == len(ref) - 2
+    for a, b in zip(new_state, ref[2:]):
+        np.testing.assert_array_equal(np.asarray(a.to_host()), np.asarray(b.to_host()))
+    with pytest.raises(ValueError, match="an input of 9 elements exceeds the 8"):
+        caller("paged_prefill", [np.zeros(9, np.int64), pos, table, slot], new_state, (1,))
