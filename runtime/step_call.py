@@ -1,7 +1,7 @@
 """`StepCaller`: the Engine's paged entry points called with one host wait a step.
 
 `iree.runtime.FunctionInvoker` (what `VmModule.function` hands out) costs more host time than
-a one-sequence decode step on the H200 can spare (docs/perf.md, "Host cost of an Engine step"):
+a one-sequence decode step on the GPU can spare (docs/perf.md, "Host cost of an Engine step"):
   * each numpy argument becomes a fresh device buffer, allocated and copied synchronously;
   * the synchronous entry point waits for the device before it returns;
   * each `DeviceArray.to_host()` registers a fresh numpy array with the driver (pinned memory)
@@ -19,13 +19,13 @@ the step has run, while its results are transient buffers not yet allocated: the
 records command buffers for later replay (`--cuda_use_streams`' deferred command buffers), so
 it resolves them when the copy is issued; IREE's local (CPU) devices resolve them while
 recording and refuse, so there the host waits for the step first (two waits; a CPU step is
-milliseconds). Calls are synchronous as seen by
-the caller: when `__call__` returns the step has run, the results are on the host and the
-input buffers may be rewritten by the next call.
+milliseconds). Calls are synchronous as seen by the caller: when `__call__` returns the step has
+run, the results are on the host and the input buffers may be rewritten by the next call.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -39,6 +39,18 @@ def _aligned(n: int) -> int:
     return -(-n // _ALIGN) * _ALIGN
 
 
+def _pinned(device, usage, size: int):
+    """A host buffer the device reads or writes (`usage`: TRANSFER_SOURCE or _TARGET), mapped for
+    its lifetime: (buffer, mapping, its bytes as a uint8 array). Keep the mapping with the array."""
+    buffer = device.allocator.allocate_buffer(
+        memory_type=int(_MT.HOST_LOCAL | _MT.DEVICE_VISIBLE),
+        allowed_usage=int(usage) | int(_BU.MAPPING_SCOPED) | int(_BU.MAPPING_PERSISTENT),
+        allocation_size=size,
+    )
+    mapping = buffer.map()
+    return buffer, mapping, mapping.asarray([size], np.dtype(np.uint8))
+
+
 class StepCaller:
     """Calls paged entry points of one loaded module (`VmModule`) whose arguments are int64
     inputs followed by device state, and whose results are [logits, next, *state]."""
@@ -48,14 +60,8 @@ class StepCaller:
         self._vm, self._device = vm, vm.device
         alloc = self._device.allocator
         self._sizes = [8 * int(n) for n in input_elements]
-        self._offsets = list(np.cumsum([0] + [_aligned(s) for s in self._sizes]))
-        self._staging = alloc.allocate_buffer(
-            memory_type=int(_MT.HOST_LOCAL | _MT.DEVICE_VISIBLE),
-            allowed_usage=int(_BU.TRANSFER_SOURCE) | int(_BU.MAPPING_SCOPED) | int(_BU.MAPPING_PERSISTENT),
-            allocation_size=int(self._offsets[-1]),
-        )
-        self._staging_map = self._staging.map()  # the mapping lives as long as this object
-        self._staged = self._staging_map.asarray([int(self._offsets[-1])], np.dtype(np.uint8))
+        self._offsets = list(itertools.accumulate((_aligned(s) for s in self._sizes), initial=0))
+        self._staging, self._staging_map, self._staged = _pinned(self._device, _BU.TRANSFER_SOURCE, self._offsets[-1])
         self._inputs = [
             alloc.allocate_buffer(
                 memory_type=int(_MT.DEVICE_LOCAL), allowed_usage=int(_BU.DEFAULT), allocation_size=max(s, 8)
@@ -77,15 +83,10 @@ class StepCaller:
     def _read_buffer(self, nbytes: int) -> np.ndarray:
         """The pinned read-back buffer, grown to `nbytes` (kept for later calls)."""
         if nbytes > self._readback_bytes:
-            size = max(_aligned(nbytes), 2 * self._readback_bytes)
-            self._readback = self._device.allocator.allocate_buffer(
-                memory_type=int(_MT.HOST_LOCAL | _MT.DEVICE_VISIBLE),
-                allowed_usage=int(_BU.TRANSFER_TARGET) | int(_BU.MAPPING_SCOPED) | int(_BU.MAPPING_PERSISTENT),
-                allocation_size=size,
+            self._readback_bytes = max(_aligned(nbytes), 2 * self._readback_bytes)
+            self._readback, self._readback_map, self._read_view = _pinned(
+                self._device, _BU.TRANSFER_TARGET, self._readback_bytes
             )
-            self._readback_bytes = size
-            self._readback_map = self._readback.map()
-            self._read_view = self._readback_map.asarray([size], np.dtype(np.uint8))
         return self._read_view
 
     def _fence(self, value: int) -> rt.HalFence:
@@ -100,9 +101,11 @@ class StepCaller:
         for a, off, buf, most in zip(inputs, self._offsets, self._inputs, self._sizes):
             a = np.ascontiguousarray(a, dtype=np.int64)
             if a.nbytes > most:
-                raise ValueError(f"{name}: an input of {a.size} elements exceeds the {most // 8} this Engine sized for")
+                raise ValueError(
+                    f"{name}: an input of {a.size} elements exceeds the {most // 8} its buffers were sized for"
+                )
             self._staged[off : off + a.nbytes] = a.reshape(-1).view(np.uint8)
-            copy.copy(self._staging, buf, int(off), 0, a.nbytes)
+            copy.copy(self._staging, buf, off, 0, a.nbytes)
             views.append(rt.HalBufferView(buf, list(a.shape), rt.HalElementType.SINT_64))
         copy.end()
         v = self._value
