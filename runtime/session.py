@@ -10,7 +10,9 @@
 
 The state (the manifest's state tensors: caches, recurrent states) stays on the device: each call
 passes the previous call's returned buffers back in, and IREE updates them in place. One decode
-step is one device invocation.
+step is one device invocation, made by runtime/step_call.py's StepCaller (the token and position
+copied from one pinned buffer, one host wait for the results it reads back: the greedy token
+alone, or the logits), as the Engine makes its steps.
 
 The pending token: `generate` returns tokens t1..tn but feeds only t1..t(n-1) to the model (tn's
 logits are never needed unless the sequence goes on), so a prompt of P tokens and n new tokens
@@ -34,6 +36,7 @@ from day0.runtime.artifact import NON_FINITE_TOKEN, Manifest
 from day0.runtime.loading import open_artifact, token_ids
 from day0.runtime.sampling import greedy, make_rng, sample, validate_sampling
 from day0.runtime.state_file import np_dtype
+from day0.runtime.step_call import StepCaller
 
 
 class SessionError(ValueError):
@@ -70,13 +73,14 @@ class Session:
         first = "prefill_first" if "prefill_first" in entries else "prefill"
 
         def entry(name: str):
-            """(function, how many outputs sit between the logits and the state)"""
-            return vm.function(name), int(entries[name].greedy_next)
+            """(entry point, how many outputs sit between the logits and the state)"""
+            return name, int(entries[name].greedy_next)
 
         self._prefill, self._decode, self._prefill_first = (entry(n) for n in ("prefill", "decode", first))
         # prompts of at least this many tokens run through the static-length prefill
         self._chunk_len = manifest.prefill_chunk
         self._chunk = entry("prefill_chunk") if self._chunk_len else None
+        self._caller = StepCaller(vm, [max(self.max_seq_len, self._chunk_len or 0), 1])  # ids, position
         self.reset()
 
     @classmethod
@@ -102,7 +106,7 @@ class Session:
 
     @_exclusive
     def reset(self) -> None:
-        self._pos, self._next, self._pending = 0, None, None
+        self._pos, self._pending = 0, None
         self._state = [self._vm.to_device(np.zeros(s.shape, dtype=np_dtype(s.dtype))) for s in self.manifest.state]
 
     @_exclusive
@@ -124,7 +128,7 @@ class Session:
 
         position, pending, arrays = state_file.read(path, self.manifest)
         self._state = [self._vm.to_device(a) for a in arrays]
-        self._pos, self._next, self._pending = position, None, pending
+        self._pos, self._pending = position, pending
 
     def state_bytes(self) -> dict[str, int]:
         """Bytes of device state per kind (e.g. mla_latent, indexer_keys, kda_state, conv_tail)."""
@@ -153,21 +157,28 @@ class Session:
         ids, self._pending = np.concatenate([np.array([self._pending], dtype=np.int64), ids]), None
         return ids, 1
 
-    def _run(self, entry, ids: np.ndarray):
-        """Run an entry point; returns the device logits (and stores the state). The greedy next
-        token stays on the device in self._next (None when the artifact has none)."""
-        fn, extra = entry
-        out = fn(ids, np.array([self._pos], dtype=np.int64), *self._state)
-        logits, self._next = out[0], (out[1] if extra else None)
-        self._state = list(out[1 + extra :])
+    def _run(self, entry, ids: np.ndarray, want: str | None):
+        """Run an entry point on ids at the current position (the state stays on the device).
+        want: "logits" returns them ([len(ids), vocab] on the host); "next" returns the greedy
+        next token (an int) when the artifact chooses it on the device, else the logits; None
+        reads nothing back."""
+        name, extra = entry
+        if want == "next" and not extra:
+            want = "logits"
+        read = {"logits": (0,), "next": (1,), None: ()}[want]
+        pos = np.array([self._pos], dtype=np.int64)
+        host, self._state = self._caller(name, [ids, pos], self._state, read, outputs=1 + extra)
         self._pos += ids.size
-        return logits
+        if want == "next":
+            return int(host[0].reshape(-1)[0])
+        return host[0] if host else None
 
-    def _run_prompt(self, ids: np.ndarray) -> list:
-        """Append a prompt; returns [(device logits, k)]: rows k.. of each piece, in order, are the
-        prompt's logits. With a static prefill length C and n >= C tokens the prompt runs in
-        chunks of C; the last chunk ends at the prompt's end and so re-runs the tokens it shares
-        with the one before at their own positions, rewriting the same state rows (exact for
+    def _run_prompt(self, ids: np.ndarray, want: str | None) -> list:
+        """Append a prompt; returns [(result, k)] of _run's results (`want` of the last piece;
+        every piece's logits for "logits"): rows k.. of each piece's logits, in order, are the
+        prompt's. With a static prefill length C and n >= C tokens the prompt runs in chunks of
+        C; the last chunk ends at the prompt's end and so re-runs the tokens it shares with the
+        one before at their own positions, rewriting the same state rows (exact for
         position-indexed state, the only kind such artifacts have)."""
         c = self._chunk_len
         if c and ids.size >= c:
@@ -175,18 +186,20 @@ class Session:
             while done < ids.size:
                 start = min(done, ids.size - c)
                 self._pos -= done - start  # back to the first re-run token's position
-                pieces.append((self._run(self._chunk, ids[start : start + c]), done - start))
+                last = start + c >= ids.size
+                piece_want = want if last or want == "logits" else None
+                pieces.append((self._run(self._chunk, ids[start : start + c], piece_want), done - start))
                 done = start + c
             return pieces
         if ids.size == 1:  # prefill is exported for S >= 2; one token is a decode step
-            return [(self._run(self._decode, ids), 0)]
-        return [(self._run(self._prefill_first if self._pos == 0 else self._prefill, ids), 0)]
+            return [(self._run(self._decode, ids, want), 0)]
+        return [(self._run(self._prefill_first if self._pos == 0 else self._prefill, ids, want), 0)]
 
-    def _append(self, ids) -> list:
+    def _append(self, ids, want: str | None) -> list:
         """Append the pending token (if any) and ids; returns _run_prompt's pieces with the
         pending token's row dropped."""
         ids, skip = self._take_pending(self._check_ids(ids))
-        pieces = self._run_prompt(ids)
+        pieces = self._run_prompt(ids, want)
         return [(pieces[0][0], pieces[0][1] + skip), *pieces[1:]]
 
     def _finite(self, rows: np.ndarray) -> np.ndarray:
@@ -203,36 +216,35 @@ class Session:
     @_exclusive
     def prefill(self, ids) -> np.ndarray:
         """Append ids (after the pending token, if any); returns their logits [len(ids), vocab]."""
-        rows = np.concatenate([_host_copy(logits)[k:] for logits, k in self._append(ids)])
+        rows = np.concatenate([logits[k:] for logits, k in self._append(ids, "logits")])
         return self._finite(rows.reshape(-1, self.vocab_size))
 
-    def _greedy_next(self, logits) -> int:
-        """The greedy token after the last call: its id read back alone when the artifact chose
-        it on the device, else the argmax of the logits' last row."""
-        if self._next is None:
-            return greedy(self._finite(_host_copy(logits)[-1].reshape(-1)))
-        token = int(np.asarray(self._next.to_host()).reshape(-1)[0])
-        if token == NON_FINITE_TOKEN:
+    def _greedy_next(self, result) -> int:
+        """The greedy token from the last piece's result: its id when the artifact chose it on
+        the device, else the argmax of the logits' last row."""
+        if not isinstance(result, int):
+            return greedy(self._finite(result[-1].reshape(-1)))
+        if result == NON_FINITE_TOKEN:
             self._not_finite()
-        return token
+        return result
 
     @_exclusive
     def decode(self, token: int) -> np.ndarray:
         """Append one token (after the pending one, if any); returns its logits [vocab]."""
-        logits, _ = self._append([token])[-1]
-        return self._finite(_host_copy(logits)[-1].reshape(-1))
+        logits, _ = self._append([token], "logits")[-1]
+        return self._finite(logits[-1].reshape(-1))
 
     @_exclusive
     def decode_greedy(self, token: int) -> int:
         """Append one token; return the greedy next token, reading back only its id when the
         artifact computes it on the device (else the argmax of the logits)."""
-        return self._greedy_next(self._append([token])[-1][0])
+        return self._greedy_next(self._append([token], "next")[-1][0])
 
     @_exclusive
     def prefill_greedy(self, ids) -> int:
         """Append ids; return the greedy next token (only its id is read back: the time to first
         token of greedy generation does not include copying [len(ids), vocab] logits)."""
-        return self._greedy_next(self._append(ids)[-1][0])
+        return self._greedy_next(self._append(ids, "next")[-1][0])
 
     @_exclusive
     def generate(

@@ -52,8 +52,10 @@ def _pinned(device, usage, size: int):
 
 
 class StepCaller:
-    """Calls paged entry points of one loaded module (`VmModule`) whose arguments are int64
-    inputs followed by device state, and whose results are [logits, next, *state]."""
+    """Calls entry points of one loaded module (`VmModule`) whose arguments are int64 inputs
+    followed by device state, and whose results are outputs (the logits, the greedy next tokens
+    when the entry point has them) followed by the state: the Engine's paged steps and Session's
+    calls."""
 
     def __init__(self, vm, input_elements: Sequence[int]):
         """`input_elements[i]`: the most elements input i of any call holds."""
@@ -92,10 +94,10 @@ class StepCaller:
     def _fence(self, value: int) -> rt.HalFence:
         return rt.HalFence.create_at(self._semaphore, value)
 
-    def __call__(self, name: str, inputs: Sequence[np.ndarray], state: list, read: Sequence[int]):
+    def __call__(self, name: str, inputs: Sequence[np.ndarray], state: list, read: Sequence[int], outputs: int = 2):
         """Run entry point `name` on `inputs` (int64 arrays) and `state` (DeviceArrays, consumed
-        as by the entry point). Returns (host copies of the results at indices `read`, the
-        state results as DeviceArrays)."""
+        as by the entry point), whose first `outputs` results precede the state. Returns (host
+        copies of the results at indices `read`, the state results as DeviceArrays)."""
         copy = rt.HalCommandBuffer(self._device)
         views = []
         for a, off, buf, most in zip(inputs, self._offsets, self._inputs, self._sizes):
@@ -119,7 +121,7 @@ class StepCaller:
             args.push_ref(x._buffer_view.ref)
         args.push_ref(self._fence(v + 1).ref)
         args.push_ref(self._fence(v + 2).ref)
-        results = rt.VmVariantList(len(state) + 2)
+        results = rt.VmVariantList(len(state) + outputs)
         self._vm.invoke(self._function(name), args, results)
         out = [results.get_as_object(i, rt.HalBufferView) for i in range(len(results))]
 
@@ -139,4 +141,4 @@ class StepCaller:
         self._device.queue_execute(back, self._fence(v + 2), self._fence(v + 3))
         self._fence(v + 3).wait()
         copies = [host[at_i : at_i + bv.byte_length].view(dtype).reshape(bv.shape).copy() for at_i, bv, dtype in pieces]
-        return copies, [rt.DeviceArray(self._device, bv) for bv in out[2:]]
+        return copies, [rt.DeviceArray(self._device, bv) for bv in out[outputs:]]

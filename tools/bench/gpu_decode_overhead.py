@@ -29,7 +29,8 @@ def measure(artifact: str, checkpoint: str | None, device: str, reps: int, promp
     s.prefill(ids)
     pos = s.position
     state = list(s._state)
-    vm, (decode, extra) = s._vm, s._decode
+    vm, (name, extra) = s._vm, s._decode
+    decode = vm.function(name)
     tok = vm.to_device(np.array([1], np.int64))
     first_state = 1 + extra  # decode returns logits, [next token], *state
     at = vm.to_device(np.array([pos], np.int64))
