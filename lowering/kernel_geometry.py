@@ -123,6 +123,8 @@ DSA_ATTENTION = KernelSet(
     + (
         # q, kv, idx | partial (m, l), partial acc ; H, D, K, V, T, scale bits, rows ; grid (splits, H/64, S)
         Entry("day0_dsa_partial_bf16_mma", (True, True, True, False, False), 7, 3),
+        # the same for at most 64 / VP heads, the scores' k-steps split among VP warps
+        *(Entry(f"day0_dsa_partial_bf16_mma_vp{vp}", (True, True, True, False, False), 7, 3) for vp in (2, 4, 8)),
         # partial (m, l), partial acc | out ; H, V, splits ; grid (V/64, H, S)
         Entry("day0_dsa_combine_bf16_mma", (True, True, False), 3, 3),
     ),
@@ -148,11 +150,24 @@ def dsa_mma_rows(dt: str, S: int | None, D: int, V: int) -> int | None:
     return DSA_MMA_ROWS_DECODE if S == 1 else DSA_MMA_ROWS_PREFILL
 
 
-def dsa_entries(dt: str, rows: int | None) -> tuple[str, str]:
+DSA_MMA_VPARTS = (2, 4, 8)  # the partial entries that split the scores among a head group's warps
+
+
+def dsa_mma_vparts(H: int) -> int:
+    """Warps a head group of the tensor-core partial kernel has (8 / head groups of 8): above 1 (at
+    most 32 heads) the `_vp<VP>` entry can split the scores among them (dsa-to-cuda-kernel's
+    split-scores option); 1: the general entry only."""
+    if H > DSA_MMA_HEADS_PER_CTA // 2:
+        return 1
+    return 8 // cdiv(H, 8)
+
+
+def dsa_entries(dt: str, rows: int | None, vp: int = 1) -> tuple[str, str]:
     """(partial, combine) entry names: rows None the f32-arithmetic kernels of dtype dt, else the
-    tensor-core kernels."""
-    kernels = dt if rows is None else "bf16_mma"
-    return f"day0_dsa_partial_{kernels}", f"day0_dsa_combine_{kernels}"
+    tensor-core kernels (the partial's `_vp<VP>` form for vp > 1, dsa_mma_vparts of the heads)."""
+    if rows is None:
+        return f"day0_dsa_partial_{dt}", f"day0_dsa_combine_{dt}"
+    return f"day0_dsa_partial_bf16_mma{f'_vp{vp}' if vp > 1 else ''}", "day0_dsa_combine_bf16_mma"
 
 
 def dsa_splits(K: int, rows: int | None) -> int:
@@ -310,4 +325,55 @@ def moe_route_grid(S: int) -> Grid:
     return cdiv(S, MOE_ROUTE_ROWS_PER_CTA), 1, 1
 
 
-KERNEL_SETS = (INDEXER_SCORES, DSA_ATTENTION, MXFP4_MATVEC, MXFP4_MOE_GEMM, TOPK_SELECT, MOE_ROUTE)  # one per .cu
+# ---------------------------------------------------------------------------------------------
+# linear_bf16.cu: out [M, N] f32 = x [M, K] f32 · w [N, K] bf16ᵀ for few rows (a batched decode
+# step's projections), x as three bf16 terms on tensor cores; a cluster of S CTAs along K
+
+LINEAR_CLUSTERS = (1, 2, 4, 8)  # the entries' cluster sizes (__cluster_dims__(1, S, 1))
+LINEAR_BF16 = KernelSet(
+    "day0_linear_bf16",
+    "linear_bf16.cu",
+    "linear_bf16.sm_90.ptx",
+    # x, w | out ; M, N, K ; grid (ceil(N / LINEAR_COLS), S)
+    tuple(Entry(f"day0_linear_bf16_c{S}", (True, True, False), 3, 2) for S in LINEAR_CLUSTERS),
+)
+LINEAR_COLS = 64  # COLS: output columns a CTA
+LINEAR_MAX_M = 64  # MAX_M: rows of x
+LINEAR_CTAS = 264  # the grid a cluster size aims at: 2 CTAs on each of the H100's / H200's 132 SMs
+
+
+def linear_limits(M: int, K: int) -> str | None:
+    """Why the kernel cannot take x [M, K] (None: it can)."""
+    if not 1 <= M <= LINEAR_MAX_M:
+        return f"1 to {LINEAR_MAX_M} rows, got {M}"
+    if K % 8:
+        return f"K a multiple of 8 (16-byte rows of bf16), got {K}"
+    return None
+
+
+def linear_cluster(M: int, N: int, K: int) -> int:
+    """The cluster size S for [M, K] × [N, K]ᵀ: the largest whose grid stays within LINEAR_CTAS
+    CTAs while each CTA keeps at least two stages of K (a stage is 128 k up to 32 rows, else 64)."""
+    stage = 128 if M <= 32 else 64
+    tiles = cdiv(N, LINEAR_COLS)
+    fits = [S for S in LINEAR_CLUSTERS if S == 1 or (tiles * S <= LINEAR_CTAS and 2 * stage * S <= K)]
+    return max(fits)
+
+
+def linear_entry(S: int) -> str:
+    return f"day0_linear_bf16_c{S}"
+
+
+def linear_grid(N: int, S: int) -> Grid:
+    return cdiv(N, LINEAR_COLS), S, 1
+
+
+KERNEL_SETS = (
+    INDEXER_SCORES,
+    DSA_ATTENTION,
+    MXFP4_MATVEC,
+    MXFP4_MOE_GEMM,
+    TOPK_SELECT,
+    MOE_ROUTE,
+    LINEAR_BF16,
+)  # one per .cu

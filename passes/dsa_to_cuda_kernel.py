@@ -30,7 +30,12 @@ with rows = 32 slots per split for decode (static S = 1: at K = 2048, 64 CTAs of
 tiles, the second prefetched during the first; the fastest of 16, 32, 64 and 128 there, as
 tools/bench/gpu_kernel_times.py measures them: docs/perf.md, "day0's kernels alone") and 128
 otherwise (prefill: fewer partials per query), splits = ceil(K / rows); the function name then
-ends in `_r<rows>`. The option tensor-cores=false keeps every site on the f32-arithmetic kernels.
+ends in `_r<rows>`. The option split-scores=true (default false) gives sites of at most 32 heads
+(kernel_geometry.dsa_mma_vparts: VP = 8 / ceil(H / 8) warps a head group) the partial
+`day0_dsa_partial_bf16_mma_vp<VP>`, whose VP warps of a head group split the scores' k-steps (the
+general entry has each of them compute all the scores); the function name then ends in `_vp<VP>`.
+It stays off until gpu_kernel_times' dsa checks have passed on a GPU (docs/perf.md, "Where the
+64-sequence step goes"). The option tensor-cores=false keeps every site on the f32-arithmetic kernels.
 The kernels' ABI and grids: lowering/kernel_geometry.py, section dsa_attention.cu.
 """
 
@@ -47,18 +52,22 @@ from day0.passes.torch_ir import TensorType, TorchBuilder, replace_op
 EXECUTABLE = kg.DSA_ATTENTION.executable
 
 
-def function_name(dt: str, H: int, D: int, T: int | None, K: int, V: int, scale: float, rows: int | None = None) -> str:
+def function_name(
+    dt: str, H: int, D: int, T: int | None, K: int, V: int, scale: float, rows: int | None = None, vp: int = 1
+) -> str:
     """T None (a paged pool's rows, known at run time) is spelled `Tdyn`."""
-    tail = "" if rows is None else f"_r{rows}"
+    tail = ("" if rows is None else f"_r{rows}") + (f"_vp{vp}" if vp > 1 else "")
     return f"day0_dsa_{dt}_H{H}_D{D}_T{'dyn' if T is None else T}_K{K}_V{V}_{scale_tag(scale)}{tail}"
 
 
-def function_text(dt: str, H: int, D: int, T: int | None, K: int, V: int, scale: float, rows: int | None = None) -> str:
+def function_text(
+    dt: str, H: int, D: int, T: int | None, K: int, V: int, scale: float, rows: int | None = None, vp: int = 1
+) -> str:
     """rows None: the f32-arithmetic kernels; else the bf16 tensor-core kernels with `rows` slots
     per split (a `rows` push constant, and the combine also split over V). T None: the cache's
     row count is read from the tensor (a paged pool) for the kernels' T push constant."""
     mma = rows is not None
-    partial, combine = kg.dsa_entries(dt, rows)
+    partial, combine = kg.dsa_entries(dt, rows, vp)
     splits, groups = kg.dsa_splits(K, rows), kg.dsa_head_groups(H, rows)
     q_t, kv_t, idx_t = f"tensor<?x{H}x{D}x{dt}>", f"tensor<{'?' if T is None else T}x{D}x{dt}>", f"tensor<?x{K}xi64>"
     ml_t, acc_t, out_t = (
@@ -76,7 +85,7 @@ def function_text(dt: str, H: int, D: int, T: int | None, K: int, V: int, scale:
     else:
         t_value, kv_dims = f"%T = arith.constant {T} : i32", ""
     return f"""
-  func.func private @{function_name(dt, H, D, T, K, V, scale, rows)}(%q: {q_t}, %kv: {kv_t}, %idx: {idx_t}) -> {out_t} {{
+  func.func private @{function_name(dt, H, D, T, K, V, scale, rows, vp)}(%q: {q_t}, %kv: {kv_t}, %idx: {idx_t}) -> {out_t} {{
     %c0 = arith.constant 0 : index
     %s = tensor.dim %q, %c0 : {q_t}
     %splits = arith.constant {splits} : index
@@ -102,10 +111,13 @@ class DsaToCudaKernel(KernelCallPass):
     """Options:
     tensor-cores  bf16 sites that fit run on the tensor-core kernels (P as two bf16 terms for P·V;
                   default true); false keeps the f32-arithmetic kernels for them.
+    split-scores  tensor-core sites of at most 32 heads take the `_vp<VP>` partial (module
+                  docstring; default false).
     """
 
     name = "dsa-to-cuda-kernel"
     tensor_cores: bool = True
+    split_scores: bool = False
 
     op_names = (OP_NAME,)
     kernels = (kg.DSA_ATTENTION,)
@@ -115,7 +127,8 @@ class DsaToCudaKernel(KernelCallPass):
 
     def key(self, site: DsaAttentionSite) -> tuple:
         rows = kg.dsa_mma_rows(site.dtype, site.S, site.D, site.V) if self.tensor_cores else None
-        return (site.dtype, site.H, site.D, site.T, site.K, site.V, site.scale, rows)
+        vp = kg.dsa_mma_vparts(site.H) if rows is not None and self.split_scores else 1
+        return (site.dtype, site.H, site.D, site.T, site.K, site.V, site.scale, rows, vp)
 
     @staticmethod
     def refuse(site: DsaAttentionSite) -> str | None:

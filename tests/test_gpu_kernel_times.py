@@ -10,11 +10,18 @@ import pytest
 import torch
 
 from day0.lowering import kernel_geometry as kg
-from day0.passes import dsa_to_cuda_kernel, indexer_scores_to_cuda_kernel, mxfp4_to_cuda_matvec, topk_to_radix_select
+from day0.passes import (
+    dsa_to_cuda_kernel,
+    indexer_scores_to_cuda_kernel,
+    matmul_to_cuda_linear,
+    mxfp4_to_cuda_matvec,
+    topk_to_radix_select,
+)
 from day0.passes.extern_dispatch import kernel_ptx
 from day0.tools import build_kernels
 from day0.tools.bench import cuda_launch
 from day0.tools.bench import gpu_kernel_times as gkt
+from day0.tools.bench import gpu_linear_check as glc
 
 KERNEL_SETS = {ks.ptx: ks for ks in kg.KERNEL_SETS}
 
@@ -119,6 +126,13 @@ def test_dsa_launches_are_the_pass_dispatches(dt, S, H, D, T, K, V):
         _same(p, partial)
         _same(c, combine)
         assert re.search(rf"-> tensor<\?x{H}x{V}xf32>\{{%s\}}\n    return", text), "the combine's f32 result"
+    vp = kg.dsa_mma_vparts(H)
+    if rows is not None and vp > 1:  # split-scores=true: the _vp partial, same grids and constants
+        partial, combine = _dispatches(P.function_text(dt, H, D, T, K, V, scale, rows, vp), {"%s": S})
+        p, c = gkt.dsa_launches(dt, S, H, D, T, K, V, scale, split=True)
+        assert p.entry == f"day0_dsa_partial_bf16_mma_vp{vp}"
+        _same(p, partial)
+        _same(c, combine)
     if S == 1 and dict(H=H, D=D, K=K, V=V) == gkt.DSA:  # a shape `dsa` times
         assert rows == kg.DSA_MMA_ROWS_DECODE  # the benchmark times the tensor-core kernels
         launches = gkt.all_launches()
@@ -192,6 +206,37 @@ def test_topk_grids_are_the_pass_dispatches(rows, n, k):
         assert tuple(d[1] for d in dispatches) == entries
         for d in dispatches:
             _check_dispatch(d, kg.TOPK_SELECT, kg.topk_grid(d[1], rows, n), constants[d[1]])
+
+
+def test_linear_launches_are_the_pass_dispatches():
+    """gpu_linear_check launches the linear kernel as the pass dispatches it, at the bench's shapes
+    and rows and at the check cases; at another cluster size too (the bench times them all)."""
+    cases = [(M, N, K) for (N, K) in glc.SHAPES.values() for M in (64, 16, 4, 1)] + glc.CHECKS
+    for M, N, K in cases:
+        (d,) = _dispatches(matmul_to_cuda_linear.function_text(M, N, K), {})
+        _same(glc.linear_launch(M, N, K), d)
+        S = kg.linear_cluster(M, N, K)
+        assert glc.linear_launch(M, N, K).entry == kg.linear_entry(S)
+        for other in kg.LINEAR_CLUSTERS:
+            launch = glc.linear_launch(M, N, K, other)
+            assert launch.grid == (kg.cdiv(N, kg.LINEAR_COLS), other, 1) and launch.constants == (M, N, K)
+    entries = _entries(kernel_ptx(kg.LINEAR_BF16.ptx).decode())
+    for S in kg.LINEAR_CLUSTERS:
+        assert entries[kg.linear_entry(S)] == ["u64"] * 3 + ["u32"] * 3
+
+
+def test_linear_cluster_choice():
+    """The largest cluster whose grid stays within two CTAs an SM while each CTA keeps two stages
+    of K; large N (many column tiles) or short K take smaller clusters, down to none."""
+    assert kg.linear_cluster(64, 2048, 2048) == 8  # 32 column tiles × 8
+    assert kg.linear_cluster(64, 1488, 2048) == 8
+    assert kg.linear_cluster(64, 3072, 768) == 4  # 48 tiles; K = 768 is 6 stages of 128 for 8
+    assert kg.linear_cluster(16, 3072, 768) == 2  # stages of 128 below 33 rows
+    assert kg.linear_cluster(64, 18432, 2048) == 1  # 288 tiles
+    assert kg.linear_cluster(64, 32000, 2048) == 1
+    assert kg.linear_cluster(64, 2048, 18432) == 8
+    assert kg.linear_cluster(4, 100, 64) == 1  # K below two stages
+    assert kg.linear_limits(65, 64) and kg.linear_limits(4, 12) and kg.linear_limits(64, 2048) is None
 
 
 def test_launches_match_the_ptx_entries():

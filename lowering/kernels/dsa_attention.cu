@@ -206,13 +206,23 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
   return (unsigned)__cvta_generic_to_shared(p);
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
-day0_dsa_partial_bf16_mma(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kv,
-                          const long long* __restrict__ idx, float* __restrict__ part_ml,
-                          float* __restrict__ part_acc, int H, int D, int K, int V, int T,
-                          int scale_bits, int rows) {
+// VP = 1: any head count; with fewer than 64 heads the warps of a head group each compute the
+// whole scores (see below). VP > 1 (day0_dsa_partial_bf16_mma_vp<VP>, for at most 64 / VP heads
+// a CTA, 8 / VP head groups): the VP warps of a head group split the scores' k-steps instead and
+// add their partial scores through shared memory in a fixed order (each warp then holds the same
+// scores), so a warp keeps 1 / VP of the q fragments and of the accumulators: fewer registers,
+// two CTAs an SM (docs/perf.md, "Where the 64-sequence step goes").
+template <int VP>
+__device__ __forceinline__ void dsa_partial_mma(const __nv_bfloat16* __restrict__ q,
+                                                const __nv_bfloat16* __restrict__ kv,
+                                                const long long* __restrict__ idx, float* __restrict__ part_ml,
+                                                float* __restrict__ part_acc, int H, int D, int K, int V, int T,
+                                                int scale_bits, int rows) {
+  constexpr int KQ = (MMA_KSTEPS + VP - 1) / VP;  // q fragments (k-steps) a warp holds
+  constexpr int NVT = MMA_MAX_V / 16 / VP;        // 16-value accumulator tiles a warp holds
   __shared__ __align__(16) __nv_bfloat16 tile[2][MMA_TILE][MMA_STRIDE];
   __shared__ int valid[2][MMA_TILE];
+  __shared__ float4 xch[VP > 1 ? WARPS : 1][32];  // VP > 1: each warp's partial scores
   const int split = blockIdx.x, s = blockIdx.z, splits = gridDim.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const float scale_log2 = __int_as_float(scale_bits) * 1.4426950408889634f;
@@ -227,6 +237,9 @@ day0_dsa_partial_bf16_mma(const __nv_bfloat16* __restrict__ q, const __nv_bfloat
   const int vparts = WARPS / hgroups, hg = warp % hgroups, vp = warp / hgroups;
   const int vper = (nv + vparts - 1) / vparts, vt_lo = vp < vparts ? vp * vper : nv;
   const int vt_hi = min(nv, vt_lo + vper);
+  // this warp's score k-steps: all (VP = 1) or its 1 / VP of them
+  const int kper = VP > 1 ? (nk + VP - 1) / VP : nk, c_lo = VP > 1 ? min(vp * kper, nk) : 0;
+  const int c_hi = min(nk, c_lo + kper);
 
   // k padding [D, dpad) (8 columns when D % 16 == 8): zeros, never written by the row copies
   if (dpad > D && threadIdx.x < 2 * MMA_TILE)
@@ -250,17 +263,18 @@ day0_dsa_partial_bf16_mma(const __nv_bfloat16* __restrict__ q, const __nv_bfloat
   // B fragments of q: lane (g, t) holds q[head 8 warp + g, 16 c + 2t (+1), (+8, +9)] as bf16 pairs
   const int h = blockIdx.y * MMA_HEADS + hg * 8 + g;
   const unsigned* qrow = reinterpret_cast<const unsigned*>(q + ((size_t)s * H + min(h, H - 1)) * D);
-  unsigned qf[MMA_KSTEPS][2];
+  unsigned qf[KQ][2];  // k-step c_lo + j
 #pragma unroll
-  for (int c = 0; c < MMA_KSTEPS; ++c) {
-    const int d0 = 16 * c + 2 * t;
-    qf[c][0] = h < H && d0 < D ? qrow[d0 / 2] : 0u;
-    qf[c][1] = h < H && d0 + 8 < D ? qrow[d0 / 2 + 4] : 0u;
+  for (int j = 0; j < KQ; ++j) {
+    const int d0 = 16 * (c_lo + j) + 2 * t;
+    const bool ok = h < H && c_lo + j < c_hi;
+    qf[j][0] = ok && d0 < D ? qrow[d0 / 2] : 0u;
+    qf[j][1] = ok && d0 + 8 < D ? qrow[d0 / 2 + 4] : 0u;
   }
 
-  float acc[MMA_MAX_V / 16][4];  // accᵀ tile vt: values 16 vt + g (+8) × heads 2t, 2t + 1
+  float acc[NVT][4];  // accᵀ tile vt_lo + i: values 16 vt + g (+8) × heads 2t, 2t + 1
 #pragma unroll
-  for (int vt = 0; vt < MMA_MAX_V / 16; ++vt) acc[vt][0] = acc[vt][1] = acc[vt][2] = acc[vt][3] = 0.0f;
+  for (int i = 0; i < NVT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // heads 2t, 2t+1 (log2 units)
   // ldmatrix row addresses: scores A = rows [16 rows, 16 d]; P·V A = rowsᵀ [16 v, 16 rows]
   const int sr = lane & 15, sc = (lane >> 4) * 8;
@@ -280,11 +294,11 @@ day0_dsa_partial_bf16_mma(const __nv_bfloat16* __restrict__ q, const __nv_bfloat
     for (int k = 0; k < MMA_CHAINS; ++k) part[k][0] = part[k][1] = part[k][2] = part[k][3] = 0.0f;
     const unsigned abase = smem_addr(&tile[b][sr][sc]);
 #pragma unroll
-    for (int c = 0; c < MMA_KSTEPS; ++c) {
-      if (c < nk) {
+    for (int j = 0; j < KQ; ++j) {
+      if (c_lo + j < c_hi) {
         unsigned a[4];
-        ldsm_x4(a, abase + c * 32);
-        mma_bf16(part[c % MMA_CHAINS], a[0], a[1], a[2], a[3], qf[c][0], qf[c][1]);
+        ldsm_x4(a, abase + (c_lo + j) * 32);
+        mma_bf16(part[j % MMA_CHAINS], a[0], a[1], a[2], a[3], qf[j][0], qf[j][1]);
       }
     }
     // x: rows g (x0, x1) and g + 8 (x2, x3) × heads 2t, 2t + 1; scaled to log2 units
@@ -294,8 +308,24 @@ day0_dsa_partial_bf16_mma(const __nv_bfloat16* __restrict__ q, const __nv_bfloat
       float v = 0.0f;
 #pragma unroll
       for (int k = 0; k < MMA_CHAINS; ++k) v += part[k][i];
-      x[i] = v * scale_log2;
+      x[i] = v;
     }
+    if constexpr (VP > 1) {  // the head group's VP partial scores, added in vp order by every warp
+      xch[warp][lane] = make_float4(x[0], x[1], x[2], x[3]);
+      __syncthreads();
+      float4 sum = xch[hg][lane];
+#pragma unroll
+      for (int v = 1; v < VP; ++v) {
+        const float4 o = xch[hg + v * hgroups][lane];
+        sum.x += o.x;
+        sum.y += o.y;
+        sum.z += o.z;
+        sum.w += o.w;
+      }
+      x[0] = sum.x, x[1] = sum.y, x[2] = sum.z, x[3] = sum.w;
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) x[i] *= scale_log2;
     const bool ok0 = valid[b][g], ok1 = valid[b][g + 8];
     float mx0 = fmaxf(ok0 ? x[0] : -INFINITY, ok1 ? x[2] : -INFINITY);
     float mx1 = fmaxf(ok0 ? x[1] : -INFINITY, ok1 ? x[3] : -INFINITY);
@@ -321,19 +351,20 @@ day0_dsa_partial_bf16_mma(const __nv_bfloat16* __restrict__ q, const __nv_bfloat
     const unsigned b1_lo = movmatrix_trans(pack_bf16(p2 - bf16_value(p2), p3 - bf16_value(p3)));
     const unsigned vbase = smem_addr(&tile[b][vr][vc]);
 #pragma unroll
-    for (int vt = 0; vt < MMA_MAX_V / 16; ++vt) {
-      if (vt >= vt_lo && vt < vt_hi) {
-        acc[vt][0] *= c0;
-        acc[vt][1] *= c1;
-        acc[vt][2] *= c0;
-        acc[vt][3] *= c1;
+    for (int i = 0; i < NVT; ++i) {
+      const int vt = VP > 1 ? vt_lo + i : i;  // (VP = 1: constant tile indices, as registers allow)
+      if (VP > 1 ? vt < vt_hi : vt >= vt_lo && vt < vt_hi) {
+        acc[i][0] *= c0;
+        acc[i][1] *= c1;
+        acc[i][2] *= c0;
+        acc[i][3] *= c1;
         unsigned a[4];
         ldsm_x4_trans(a, vbase + vt * 32);
-        mma_bf16(acc[vt], a[0], a[1], a[2], a[3], b0, b1);
-        mma_bf16(acc[vt], a[0], a[1], a[2], a[3], b0_lo, b1_lo);
+        mma_bf16(acc[i], a[0], a[1], a[2], a[3], b0, b1);
+        mma_bf16(acc[i], a[0], a[1], a[2], a[3], b0_lo, b1_lo);
       }
     }
-    __syncthreads();  // buffer b is refilled by the next iteration's prefetch
+    __syncthreads();  // buffer b is refilled by the next iteration's prefetch (and xch rewritten)
   }
 
 #pragma unroll
@@ -351,16 +382,36 @@ day0_dsa_partial_bf16_mma(const __nv_bfloat16* __restrict__ q, const __nv_bfloat
   float* outA = part_acc + (base + hA) * V;
   float* outB = part_acc + (base + hB) * V;
 #pragma unroll
-  for (int vt = 0; vt < MMA_MAX_V / 16; ++vt) {
-    const int v = 16 * vt + g;
-    if (vt >= vt_lo && vt < vt_hi) {
-      if (hA < H && v < V) outA[v] = acc[vt][0];
-      if (hB < H && v < V) outB[v] = acc[vt][1];
-      if (hA < H && v + 8 < V) outA[v + 8] = acc[vt][2];
-      if (hB < H && v + 8 < V) outB[v + 8] = acc[vt][3];
+  for (int i = 0; i < NVT; ++i) {
+    const int vt = VP > 1 ? vt_lo + i : i, v = 16 * vt + g;
+    if (VP > 1 ? vt < vt_hi : vt >= vt_lo && vt < vt_hi) {
+      if (hA < H && v < V) outA[v] = acc[i][0];
+      if (hB < H && v < V) outB[v] = acc[i][1];
+      if (hA < H && v + 8 < V) outA[v + 8] = acc[i][2];
+      if (hB < H && v + 8 < V) outB[v + 8] = acc[i][3];
     }
   }
 }
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+day0_dsa_partial_bf16_mma(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kv,
+                          const long long* __restrict__ idx, float* __restrict__ part_ml,
+                          float* __restrict__ part_acc, int H, int D, int K, int V, int T,
+                          int scale_bits, int rows) {
+  dsa_partial_mma<1>(q, kv, idx, part_ml, part_acc, H, D, K, V, T, scale_bits, rows);
+}
+
+#define DSA_PARTIAL_VP(VP, MINB)                                                                         \
+  extern "C" __global__ void __launch_bounds__(THREADS, MINB) day0_dsa_partial_bf16_mma_vp##VP(            \
+      const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kv,                        \
+      const long long* __restrict__ idx, float* __restrict__ part_ml, float* __restrict__ part_acc, int H, \
+      int D, int K, int V, int T, int scale_bits, int rows) {                                           \
+    dsa_partial_mma<VP>(q, kv, idx, part_ml, part_acc, H, D, K, V, T, scale_bits, rows);                \
+  }
+
+DSA_PARTIAL_VP(2, 1)  // 18 k-steps and 16 value tiles a warp: more than 128 registers
+DSA_PARTIAL_VP(4, 2)
+DSA_PARTIAL_VP(8, 2)
 
 // grid (ceil(V / 64), H, S): lane -> values v, v + 1 of a 64-value block; warp -> splits w + 8 i.
 // m is in log2 units (the partial's); a split with no valid slot has m = -inf, l = 0, acc = 0.

@@ -1,6 +1,7 @@
 // RUN: day0-opt %s --pass-pipeline='builtin.module(dsa-to-cuda-kernel)' | filecheck %s
 // RUN: day0-opt %s --pass-pipeline='builtin.module(dsa-to-cuda-kernel)' | filecheck %s --check-prefix=GONE
 // RUN: day0-opt %s --pass-pipeline='builtin.module(dsa-to-cuda-kernel{tensor-cores=false})' | filecheck %s --check-prefix=FMA
+// RUN: day0-opt %s --pass-pipeline='builtin.module(dsa-to-cuda-kernel{split-scores=true})' | filecheck %s --check-prefix=SPLIT
 
 // tensor-cores=false: every site on the f32-arithmetic kernels (bf16 decode: 1 split of 128
 // slots, 4 groups of 4 heads).
@@ -96,7 +97,10 @@ func.func @paged_pool(%q: !torch.vtensor<[3,4,64],bf16>, %kv: !torch.vtensor<[?,
 // CHECK: hal.executable.export public @day0_dsa_partial_bf16 ordinal(2)
 // CHECK: hal.executable.export public @day0_dsa_combine_bf16 ordinal(3)
 // CHECK: hal.executable.export public @day0_dsa_partial_bf16_mma ordinal(4) layout(#pipeline_layout2) count({{.*}}: !hal.device, [[X:%.+]]: index, [[Y:%.+]]: index, [[Z:%.+]]: index)
-// CHECK: hal.executable.export public @day0_dsa_combine_bf16_mma ordinal(5) layout(#pipeline_layout1) count({{.*}}: !hal.device, [[X:%.+]]: index, [[Y:%.+]]: index, [[Z:%.+]]: index)
+// CHECK: hal.executable.export public @day0_dsa_partial_bf16_mma_vp2 ordinal(5) layout(#pipeline_layout2)
+// CHECK: hal.executable.export public @day0_dsa_partial_bf16_mma_vp4 ordinal(6) layout(#pipeline_layout2)
+// CHECK: hal.executable.export public @day0_dsa_partial_bf16_mma_vp8 ordinal(7) layout(#pipeline_layout2)
+// CHECK: hal.executable.export public @day0_dsa_combine_bf16_mma ordinal(8) layout(#pipeline_layout1) count({{.*}}: !hal.device, [[X:%.+]]: index, [[Y:%.+]]: index, [[Z:%.+]]: index)
 // CHECK: hal.return [[X]], [[Y]], [[Z]] : index, index, index
 
 // (the functions in name order)
@@ -132,3 +136,12 @@ func.func @paged_pool(%q: !torch.vtensor<[3,4,64],bf16>, %kv: !torch.vtensor<[?,
 // CHECK: %c1040187392_i32 = arith.constant 1040187392 : i32
 // CHECK: flow.dispatch @day0_dsa_attention::@day0_dsa_partial_f32[%c3, %c2, %dim](%c8_i32, %c96_i32, %c300_i32, %c64_i32, %c64_i32{{.*}}, %c1040187392_i32, %arg0, %arg1, %arg2)
 // CHECK-SAME: -> (tensor<?x3x8x2xf32>{%dim}, tensor<?x3x8x64xf32>{%dim})
+
+// split-scores=true: tensor-core sites of at most 32 heads take the partial whose head-group warps
+// split the scores: 16 heads -> 2 groups of 4 warps (_vp4), 4 heads -> 1 group of 8 (_vp8); the
+// same grids and push constants, the function names end in _vp<VP>.
+// SPLIT-LABEL: func.func private @day0_dsa_bf16_H16_D72_T100_K100_V64_s3e000000_r32_vp4(
+// SPLIT: flow.dispatch @day0_dsa_attention::@day0_dsa_partial_bf16_mma_vp4[%c4, %c1{{.*}}, %dim](%c16_i32, %c72_i32, %c100_i32, %c64_i32, %c100_i32{{.*}}, %c1040187392_i32, %c32_i32, %arg0, %arg1, %arg2)
+// SPLIT: flow.dispatch @day0_dsa_attention::@day0_dsa_combine_bf16_mma[
+// SPLIT-LABEL: func.func private @day0_dsa_bf16_H4_D64_T32_K16_V64_s3f000000_r128_vp8(
+// SPLIT: flow.dispatch @day0_dsa_attention::@day0_dsa_partial_bf16_mma_vp8[%c1, %c1

@@ -112,7 +112,7 @@ def time_session(s, ids, forced, repeats: int, steps: int, warmup: int = 0) -> d
     """One day0 Session on a prompt: prefill_s, the median of `repeats` greedy prefills up to the
     first token id in host memory (`prefill_greedy`, from a reset); decode_s, the median of
     `steps` greedy steps after it (`decode_greedy`, one at a time); generate_s, a token of
-    `Session.generate` at temperature 0 (the fastest of `repeats` generations of steps + 1 tokens
+    `Session.generate` at temperature 0 (the fastest of max(repeats, 5) generations of steps + 1 tokens
     less the fastest of 1 token, over steps: what a user's generation gets, its prefill taken out
     by the same call rather than by prefill_s); then teacher-forced logits of every prompt
     row and of one decode step per id in `forced`. The first `warmup` prefills and steps are not
@@ -131,7 +131,9 @@ def time_session(s, ids, forced, repeats: int, steps: int, warmup: int = 0) -> d
         tok = s.decode_greedy(tok)
         step_s.append(time.perf_counter() - t0)
     gen = {1: [], steps + 1: []}  # interleaved, so that drift reaches both lengths alike
-    for _ in range(repeats):
+    # at least 5 of each: the difference of two fastest times is steps tokens' worth, which on a
+    # small model is within the spread of a prefill over 3 repeats (it came out negative)
+    for _ in range(max(repeats, 5)):
         for n, times in gen.items():
             s.reset()
             t0 = time.perf_counter()

@@ -86,12 +86,23 @@ def indexer_launch(kernel: str, S: int, H: int, D: int, T: int, scale: float, gr
 
 
 def dsa_launches(
-    dt: str, S: int, H: int, D: int, T: int, K: int, V: int, scale: float, rows: int | None = None, fma: bool = False
+    dt: str,
+    S: int,
+    H: int,
+    D: int,
+    T: int,
+    K: int,
+    V: int,
+    scale: float,
+    rows: int | None = None,
+    fma: bool = False,
+    split: bool = False,
 ) -> tuple[Launch, Launch]:
     """The pass's two launches; rows: another split size for the tensor-core kernels; fma: the
-    f32-arithmetic kernels even where the pass takes the tensor-core ones."""
+    f32-arithmetic kernels even where the pass takes the tensor-core ones; split: the
+    tensor-core partial's `_vp` entry for these heads (the pass with split-scores=true)."""
     mma = None if fma else (rows or kg.dsa_mma_rows(dt, S, D, V))
-    partial_entry, combine_entry = kg.dsa_entries(dt, mma)
+    partial_entry, combine_entry = kg.dsa_entries(dt, mma, kg.dsa_mma_vparts(H) if split else 1)
     partial_grid, combine_grid = kg.dsa_grids(S, H, K, V, mma)
     constants = (H, D, K, V, T, kg.f32_bits(scale)) + (() if mma is None else (mma,))
     partial = Launch(kg.DSA_ATTENTION.ptx, partial_entry, partial_grid, ("q", "kv", "idx", "ml", "acc"), constants)
@@ -476,6 +487,9 @@ def check_dsa_shapes(run: Runner) -> list[dict]:
         (2, 4, 64, 32, 16, 64, 0.0),
         (1, 16, 256, 64, 2048, 128, 0.5),
         (1, 64, 576, 100, 33, 512, 1.0),
+        (64, 16, 576, 4224, 2048, 512, 0.1),
+        (5, 8, 576, 900, 300, 512, 0.2),
+        (3, 24, 576, 900, 300, 512, 0.0),
     ]
     results = []
     for S, H, D, T, K, V, empty in cases:
@@ -490,6 +504,8 @@ def check_dsa_shapes(run: Runner) -> list[dict]:
         ]
         if kg.dsa_mma_rows("bf16", S, D, V) is not None:
             variants += [(f"mma_r{r}", dsa_launches("bf16", S, H, D, T, K, V, scale, rows=r)) for r in (16, 64)]
+            if kg.dsa_mma_vparts(H) > 1:
+                variants.append(("split", dsa_launches("bf16", S, H, D, T, K, V, scale, split=True)))
         for name, ls in variants:
             out = _dsa_run(run, ls, t).double()
             err = (out - ref).abs().max()
@@ -560,6 +576,41 @@ def bench_dsa(run: Runner, T: int) -> list[dict]:
             }
             results.append(res)
             print(json.dumps(res), flush=True)
+    return results
+
+
+def bench_dsa_batch(run: Runner) -> list[dict]:
+    """The e2e benchmark model's batched decode step (16 heads): S = 64 queries, each over 2048 rows
+    of its own 4224 in one bf16 pool, the pass's geometry (the general partial: each warp of a head
+    group computes the whole scores) beside the `_vp4` partial (split-scores=true)."""
+    import torch
+
+    S, H, D, V, K, per = 64, 16, 576, 512, 2048, 4224
+    T, scale = S * per, D**-0.5
+    g = torch.Generator(device="cuda").manual_seed(12)
+    results = []
+    for label, split in (("pass", False), ("split", True)):
+        partial, combine = dsa_launches("bf16", S, H, D, T, K, V, scale, split=split)
+        t = _dsa_tensors(S, H, D, per, K, V, torch.bfloat16, g, max_splits=partial.grid[0])
+        t["kv"] = torch.randn(T, D, device="cuda", generator=g).to(torch.bfloat16)
+        t["idx"] = t["idx"] + per * torch.arange(S, device="cuda")[:, None]  # each query its own rows
+        ref = dsa_reference(t["q"][:4], t["kv"], t["idx"][:4], scale, V)
+        rel = _rel(_dsa_run(run, (partial, combine), t)[:4].float(), ref)
+        cold, hot = _time(run, lambda i: [(partial, t), (combine, t)], 1)
+        nbytes = S * K * (D * 2 + 8)
+        res = {
+            "piece": "dsa_batch",
+            "kernel": f"partial+combine [{label}: {partial.entry}], S = {S}, H = {H}",
+            "S": S,
+            "grid": [list(partial.grid), list(combine.grid)],
+            "us": round(cold, 1),
+            "hot_us": round(hot, 1),
+            **_limit(nbytes, cold),
+            "rel_err": rel,
+            "ok": rel < 1.5e-2,
+        }
+        results.append(res)
+        print(json.dumps(res), flush=True)
     return results
 
 
@@ -799,6 +850,7 @@ def main(argv=None) -> int:
         results += _over_contexts(bench_indexer, run, contexts)
     if "dsa" in pieces:
         results += check_dsa_shapes(run)
+        results += bench_dsa_batch(run)
         results += bench_dsa_prefill(run)
         results += _over_contexts(bench_dsa, run, contexts)
     if "moe" in pieces:
