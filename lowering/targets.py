@@ -244,8 +244,9 @@ TARGETS: dict[str, Target] = {
     #   topk is slow and produced out-of-range indices on -inf-masked router rows, min-size=0 sends
     #   every row to it), MXFP4 matmuls (IREE's CUDA codegen fails on or miscompiles the fused
     #   form); the remaining prefill matmuls against bf16 weights run as bf16 tensor-core products
-    #   (IREE compiles f32 matmuls for sm_90 as SIMT code). matmul-to-cuda-linear (a batched decode
-    #   step's linears) joins this list once its kernel's GPU check has passed.
+    #   (IREE compiles f32 matmuls for sm_90 as SIMT code), and a batched decode step's linears of
+    #   2-64 rows run on day0's linear kernel (IREE's stacked three-term products took 5-17x their
+    #   weight bytes' time).
     # Prefill in static chunks of 512: with a dynamic row count IREE's CUDA matmul configuration
     # is the matvec one; a static count gets tiled matmuls.
     # bf16 latent and indexer caches: what the tensor-core attention and indexer kernels read.
@@ -264,6 +265,7 @@ TARGETS: dict[str, Target] = {
             ("topk", "topk-to-linalg-ext"),
             ("mxfp4", "mxfp4-to-cuda-matvec"),
             ("dsa", lambda dsa: None if dsa is None else "dsa-to-cuda-kernel"),
+            ("matmul", "matmul-to-cuda-linear"),
             ("matmul", "matmul-to-bf16-terms"),
         ),
         kept_ops=("indexer_scores", "moe_route"),

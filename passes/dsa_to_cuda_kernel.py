@@ -30,12 +30,12 @@ with rows = 32 slots per split for decode (static S = 1: at K = 2048, 64 CTAs of
 tiles, the second prefetched during the first; the fastest of 16, 32, 64 and 128 there, as
 tools/bench/gpu_kernel_times.py measures them: docs/perf.md, "day0's kernels alone") and 128
 otherwise (prefill: fewer partials per query), splits = ceil(K / rows); the function name then
-ends in `_r<rows>`. The option split-scores=true (default false) gives sites of at most 32 heads
-(kernel_geometry.dsa_mma_vparts: VP = 8 / ceil(H / 8) warps a head group) the partial
-`day0_dsa_partial_bf16_mma_vp<VP>`, whose VP warps of a head group split the scores' k-steps (the
-general entry has each of them compute all the scores); the function name then ends in `_vp<VP>`.
-It stays off until gpu_kernel_times' dsa checks have passed on a GPU (docs/perf.md, "Where the
-64-sequence step goes"). The option tensor-cores=false keeps every site on the f32-arithmetic kernels.
+ends in `_r<rows>`. Sites of at most 32 heads (kernel_geometry.dsa_mma_vparts: VP = 8 / ceil(H / 8)
+warps a head group) take the partial `day0_dsa_partial_bf16_mma_vp<VP>`, whose VP warps of a head
+group split the scores' k-steps; the function name then ends in `_vp<VP>`. H100, 64 sequences of
+the 4.9B benchmark model (16 heads) at 4K: 254 -> 131 us a layer (docs/perf.md, "Where the
+64-sequence step goes"). The option split-scores=false keeps the general entry, each of whose
+warps computes all of its head group's scores. The option tensor-cores=false keeps every site on the f32-arithmetic kernels.
 The kernels' ABI and grids: lowering/kernel_geometry.py, section dsa_attention.cu.
 """
 
@@ -112,12 +112,13 @@ class DsaToCudaKernel(KernelCallPass):
     tensor-cores  bf16 sites that fit run on the tensor-core kernels (P as two bf16 terms for P·V;
                   default true); false keeps the f32-arithmetic kernels for them.
     split-scores  tensor-core sites of at most 32 heads take the `_vp<VP>` partial (module
-                  docstring; default false).
+                  docstring; default true); false keeps the partial whose every warp computes
+                  all of its head group's score k-steps.
     """
 
     name = "dsa-to-cuda-kernel"
     tensor_cores: bool = True
-    split_scores: bool = False
+    split_scores: bool = True
 
     op_names = (OP_NAME,)
     kernels = (kg.DSA_ATTENTION,)

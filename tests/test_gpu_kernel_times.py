@@ -122,12 +122,12 @@ def test_dsa_launches_are_the_pass_dispatches(dt, S, H, D, T, K, V):
     for bench_rows, fma, pass_rows in variants:
         text = P.function_text(dt, H, D, T, K, V, scale, pass_rows)
         partial, combine = _dispatches(text, {"%s": S})
-        p, c = gkt.dsa_launches(dt, S, H, D, T, K, V, scale, rows=bench_rows, fma=fma)
+        p, c = gkt.dsa_launches(dt, S, H, D, T, K, V, scale, rows=bench_rows, fma=fma, split=False)
         _same(p, partial)
         _same(c, combine)
         assert re.search(rf"-> tensor<\?x{H}x{V}xf32>\{{%s\}}\n    return", text), "the combine's f32 result"
     vp = kg.dsa_mma_vparts(H)
-    if rows is not None and vp > 1:  # split-scores=true: the _vp partial, same grids and constants
+    if rows is not None and vp > 1:  # the pass's default (split-scores=true): the _vp partial
         partial, combine = _dispatches(P.function_text(dt, H, D, T, K, V, scale, rows, vp), {"%s": S})
         p, c = gkt.dsa_launches(dt, S, H, D, T, K, V, scale, split=True)
         assert p.entry == f"day0_dsa_partial_bf16_mma_vp{vp}"

@@ -1,7 +1,7 @@
-// RUN: day0-opt %s --pass-pipeline='builtin.module(dsa-to-cuda-kernel)' | filecheck %s
+// RUN: day0-opt %s --pass-pipeline='builtin.module(dsa-to-cuda-kernel{split-scores=false})' | filecheck %s
 // RUN: day0-opt %s --pass-pipeline='builtin.module(dsa-to-cuda-kernel)' | filecheck %s --check-prefix=GONE
 // RUN: day0-opt %s --pass-pipeline='builtin.module(dsa-to-cuda-kernel{tensor-cores=false})' | filecheck %s --check-prefix=FMA
-// RUN: day0-opt %s --pass-pipeline='builtin.module(dsa-to-cuda-kernel{split-scores=true})' | filecheck %s --check-prefix=SPLIT
+// RUN: day0-opt %s --pass-pipeline='builtin.module(dsa-to-cuda-kernel)' | filecheck %s --check-prefix=SPLIT
 
 // tensor-cores=false: every site on the f32-arithmetic kernels (bf16 decode: 1 split of 128
 // slots, 4 groups of 4 heads).
@@ -137,9 +137,9 @@ func.func @paged_pool(%q: !torch.vtensor<[3,4,64],bf16>, %kv: !torch.vtensor<[?,
 // CHECK: flow.dispatch @day0_dsa_attention::@day0_dsa_partial_f32[%c3, %c2, %dim](%c8_i32, %c96_i32, %c300_i32, %c64_i32, %c64_i32{{.*}}, %c1040187392_i32, %arg0, %arg1, %arg2)
 // CHECK-SAME: -> (tensor<?x3x8x2xf32>{%dim}, tensor<?x3x8x64xf32>{%dim})
 
-// split-scores=true: tensor-core sites of at most 32 heads take the partial whose head-group warps
-// split the scores: 16 heads -> 2 groups of 4 warps (_vp4), 4 heads -> 1 group of 8 (_vp8); the
-// same grids and push constants, the function names end in _vp<VP>.
+// The default (split-scores=true): tensor-core sites of at most 32 heads take the partial whose
+// head-group warps split the scores: 16 heads -> 2 groups of 4 warps (_vp4), 4 heads -> 1 group
+// of 8 (_vp8); the same grids and push constants, the function names end in _vp<VP>.
 // SPLIT-LABEL: func.func private @day0_dsa_bf16_H16_D72_T100_K100_V64_s3e000000_r32_vp4(
 // SPLIT: flow.dispatch @day0_dsa_attention::@day0_dsa_partial_bf16_mma_vp4[%c4, %c1{{.*}}, %dim](%c16_i32, %c72_i32, %c100_i32, %c64_i32, %c100_i32{{.*}}, %c1040187392_i32, %c32_i32, %arg0, %arg1, %arg2)
 // SPLIT: flow.dispatch @day0_dsa_attention::@day0_dsa_combine_bf16_mma[

@@ -96,11 +96,11 @@ def dsa_launches(
     scale: float,
     rows: int | None = None,
     fma: bool = False,
-    split: bool = False,
+    split: bool = True,
 ) -> tuple[Launch, Launch]:
     """The pass's two launches; rows: another split size for the tensor-core kernels; fma: the
-    f32-arithmetic kernels even where the pass takes the tensor-core ones; split: the
-    tensor-core partial's `_vp` entry for these heads (the pass with split-scores=true)."""
+    f32-arithmetic kernels even where the pass takes the tensor-core ones; split=False: the general
+    tensor-core partial where the pass (split-scores=true) takes the `_vp` entry for these heads."""
     mma = None if fma else (rows or kg.dsa_mma_rows(dt, S, D, V))
     partial_entry, combine_entry = kg.dsa_entries(dt, mma, kg.dsa_mma_vparts(H) if split else 1)
     partial_grid, combine_grid = kg.dsa_grids(S, H, K, V, mma)
@@ -503,9 +503,11 @@ def check_dsa_shapes(run: Runner) -> list[dict]:
             ("pass", dsa_launches("bf16", S, H, D, T, K, V, scale)),
         ]
         if kg.dsa_mma_rows("bf16", S, D, V) is not None:
-            variants += [(f"mma_r{r}", dsa_launches("bf16", S, H, D, T, K, V, scale, rows=r)) for r in (16, 64)]
+            variants += [
+                (f"mma_r{r}", dsa_launches("bf16", S, H, D, T, K, V, scale, rows=r, split=False)) for r in (16, 64)
+            ]
             if kg.dsa_mma_vparts(H) > 1:
-                variants.append(("split", dsa_launches("bf16", S, H, D, T, K, V, scale, split=True)))
+                variants.append(("general", dsa_launches("bf16", S, H, D, T, K, V, scale, split=False)))
         for name, ls in variants:
             out = _dsa_run(run, ls, t).double()
             err = (out - ref).abs().max()
@@ -581,15 +583,15 @@ def bench_dsa(run: Runner, T: int) -> list[dict]:
 
 def bench_dsa_batch(run: Runner) -> list[dict]:
     """The e2e benchmark model's batched decode step (16 heads): S = 64 queries, each over 2048 rows
-    of its own 4224 in one bf16 pool, the pass's geometry (the general partial: each warp of a head
-    group computes the whole scores) beside the `_vp4` partial (split-scores=true)."""
+    of its own 4224 in one bf16 pool, the pass's geometry (the `_vp4` partial) beside the general
+    partial (split-scores=false: each warp of a head group computes the whole scores)."""
     import torch
 
     S, H, D, V, K, per = 64, 16, 576, 512, 2048, 4224
     T, scale = S * per, D**-0.5
     g = torch.Generator(device="cuda").manual_seed(12)
     results = []
-    for label, split in (("pass", False), ("split", True)):
+    for label, split in (("general", False), ("pass", True)):
         partial, combine = dsa_launches("bf16", S, H, D, T, K, V, scale, split=split)
         t = _dsa_tensors(S, H, D, per, K, V, torch.bfloat16, g, max_splits=partial.grid[0])
         t["kv"] = torch.randn(T, D, device="cuda", generator=g).to(torch.bfloat16)
