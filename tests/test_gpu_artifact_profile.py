@@ -1,13 +1,25 @@
 """gpu_artifact_profile's busy time: the union of kernel intervals within their span (overlaps
 counted once, gaps not at all). The profiler itself needs a GPU."""
 
-from day0.tools.bench.gpu_artifact_profile import _busy
+from day0.tools.bench.gpu_artifact_profile import _busy, _idle_after
 
 
 def test_busy_is_the_union_of_kernel_intervals():
     # µs intervals: [0, 10) and [5, 20) overlap; [30, 40) after a 10 µs gap; [32, 35) inside it
     assert _busy([(30, 40), (0, 10), (5, 20), (32, 35)]) == {"span_ms": 0.04, "busy_ms": 0.03}
     assert _busy([]) == {"span_ms": 0.0, "busy_ms": 0.0}
+
+
+def test_idle_after_sums_the_waits_behind_each_kernel():
+    # a [0, 10) then 5 µs idle; b [15, 20) then 10 µs; a [30, 40); c [32, 50) overlaps a, then 2 µs;
+    # b [52, 53)
+    spans = [(0, 10, "a"), (15, 20, "b"), (30, 40, "a"), (32, 50, "c"), (52, 53, "b")]
+    assert _idle_after(spans) == [
+        {"kernel": "b", "gaps": 1, "us": 10.0},
+        {"kernel": "a", "gaps": 1, "us": 5.0},
+        {"kernel": "c", "gaps": 1, "us": 2.0},
+    ]
+    assert _idle_after([]) == []
 
 
 def test_engine_profile_runs_every_batch(artifact, capsys):
@@ -22,6 +34,7 @@ def test_engine_profile_runs_every_batch(artifact, capsys):
     assert all(r["steps"] == 2 and r["wall_ms"] > 0 for r in out.values())
     printed = capsys.readouterr().out
     assert "3 sequences: wall" in printed and "one 512-token prompt chunk (paged_prefill)" in printed
+    assert "GPU idle a step, by the kernel it follows" in printed
 
 
 def test_engine_profile_takes_a_moved_checkpoint(artifact, tmp_path):

@@ -38,7 +38,7 @@ def _profile(fn):
             k = kernels[e.name]
             k[0] += 1
             k[1] += e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
-            spans.append((e.time_range.start, e.time_range.end))
+            spans.append((e.time_range.start, e.time_range.end, e.name))
     rows = sorted(
         ({"kernel": n, "launches": c, "us": round(us, 1)} for n, (c, us) in kernels.items()), key=lambda r: -r["us"]
     )
@@ -46,9 +46,27 @@ def _profile(fn):
         "wall_ms": round(wall * 1e3, 2),
         "launches": sum(r["launches"] for r in rows),
         "device_ms": round(sum(r["us"] for r in rows) / 1e3, 2),
-        **_busy(spans),
+        **_busy([(a, b) for a, b, _ in spans]),
+        "idle_after": _idle_after(spans),
         "kernels": rows,
     }
+
+
+def _idle_after(spans, top: int = 12) -> list[dict]:
+    """Where the GPU waits: for each kernel name, the idle time (no kernel running) between the
+    end of its launches and the start of the next kernel, summed (µs), largest first. A kernel
+    followed by a long wait marks where the host falls behind (launches slower than the kernels
+    they follow) or blocks."""
+    idle = defaultdict(lambda: [0, 0.0])
+    end, last = None, None
+    for a, b, name in sorted(spans):
+        if end is not None and a > end:
+            idle[last][0] += 1
+            idle[last][1] += a - end
+        if end is None or b >= end:
+            end, last = b, name
+    rows = sorted(({"kernel": n, "gaps": c, "us": round(us, 1)} for n, (c, us) in idle.items()), key=lambda r: -r["us"])
+    return rows[:top]
 
 
 def _busy(spans) -> dict:
@@ -149,6 +167,9 @@ def run_engine(
         )
         for k in r["kernels"][:top]:
             print(f"  {k['us'] / steps:>10.1f} µs {k['launches'] / steps:>6.1f}  {k['kernel'][:90]}")
+        print(f"  GPU idle a step, by the kernel it follows ({r['span_ms'] - r['busy_ms']:.2f} ms in all):")
+        for k in r["idle_after"]:
+            print(f"  {k['us'] / steps:>10.1f} µs {k['gaps'] / steps:>6.1f}  {k['kernel'][:90]}")
     return out
 
 
