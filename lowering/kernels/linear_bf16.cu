@@ -47,19 +47,16 @@ namespace cg = cooperative_groups;
 #define TERMS 3
 #define RED_LD 68      // row stride (floats) of the partial-sum tile red[m][n]: conflict-free writes
 
-__device__ __forceinline__ unsigned bf16_bits(float v) {
-  return (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(v));
-}
-
-// The three bf16 terms of (a, b) as bf16x2 words (a in the low half).
+// The three bf16 terms of (a, b) as bf16x2 words (a in the low half): one cvt.rn.bf16x2.f32 a
+// term, the residuals from the unpacked halves.
 __device__ __forceinline__ void split3(float a, float b, unsigned (&t)[TERMS]) {
-  const unsigned a0 = bf16_bits(a), b0 = bf16_bits(b);
-  const float ra = a - __uint_as_float(a0 << 16), rb = b - __uint_as_float(b0 << 16);
-  const unsigned a1 = bf16_bits(ra), b1 = bf16_bits(rb);
-  const float sa = ra - __uint_as_float(a1 << 16), sb = rb - __uint_as_float(b1 << 16);
-  t[0] = a0 | (b0 << 16);
-  t[1] = a1 | (b1 << 16);
-  t[2] = bf16_bits(sa) | (bf16_bits(sb) << 16);
+#pragma unroll
+  for (int q = 0; q < TERMS; ++q) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    t[q] = *reinterpret_cast<const unsigned*>(&h);
+    a -= __uint_as_float(t[q] << 16);
+    b -= __uint_as_float(t[q] & 0xffff0000u);
+  }
 }
 
 // Byte offset of 16-byte chunk `chunk` (0..7) of virtual row `vr` of term q's buffer.
@@ -93,9 +90,10 @@ __device__ __forceinline__ void linear_bf16(const float* __restrict__ x, const _
   const __nv_bfloat16* wr1 = w + (size_t)min(nr1, N - 1) * K;
   const int koff = (khalf ? KS * half : 0) + 8 * i4;  // + 32 c
 
-  // The split's share of a stage: pairs p = tid + 256 i (i < 8) of the stage's rows8 × width / 2
-  // pairs; pair p at row (p / (width / 2)), k 2 (p % (width / 2)).
-  const int pairs_row = width >> 1;
+  // The split's share of a stage: quads p = tid + 256 i (i < 4) of the stage's rows8 × width / 4
+  // quads; quad p at row (p / (width / 4)), k 4 (p % (width / 4)) (one float4 load, one 8-byte
+  // store a term).
+  const int quads_row = width >> 2;
   auto load_w = [&](int s, uint4 (&v)[2][2]) {
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
@@ -105,18 +103,18 @@ __device__ __forceinline__ void linear_bf16(const float* __restrict__ x, const _
       v[1][c] = ok && nr1 < N ? __ldg(reinterpret_cast<const uint4*>(wr1 + k)) : make_uint4(0, 0, 0, 0);
     }
   };
-  auto load_x = [&](int s, float2 (&v)[8]) {
+  auto load_x = [&](int s, float4 (&v)[4]) {
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int p = tid + THREADS * i, m = p / pairs_row, k = s * width + 2 * (p % pairs_row);
-      v[i] = s < s_hi && m < M && k < K ? __ldg(reinterpret_cast<const float2*>(x + (size_t)m * K + k))
-                                        : make_float2(0.f, 0.f);
+    for (int i = 0; i < 4; ++i) {
+      const int p = tid + THREADS * i, m = p / quads_row, k = s * width + 4 * (p % quads_row);
+      v[i] = s < s_hi && m < M && k < K ? __ldg(reinterpret_cast<const float4*>(x + (size_t)m * K + k))
+                                        : make_float4(0.f, 0.f, 0.f, 0.f);
     }
   };
 
   float acc[4][4] = {};  // n8 tile, accumulator register
   uint4 wv[2][2], wn[2][2];
-  float2 xv[8], xn[8];
+  float4 xv[4], xn[4];
   load_w(s_lo, wv);
   load_x(s_lo, xv);
   for (int s = s_lo; s < s_hi; ++s) {
@@ -124,15 +122,16 @@ __device__ __forceinline__ void linear_bf16(const float* __restrict__ x, const _
     load_x(s + 1, xn);
     __syncthreads();  // the previous stage's terms are read
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int p = tid + THREADS * i, m = p / pairs_row, kk = 2 * (p % pairs_row);
+    for (int i = 0; i < 4; ++i) {
+      const int p = tid + THREADS * i, m = p / quads_row, kk = 4 * (p % quads_row);
       if (m < rows8) {
         const int vr = khalf ? (kk / KS) * 32 + m : m, kr = kk % KS;  // virtual row, its k
-        unsigned t[TERMS];
-        split3(xv[i].x, xv[i].y, t);
+        unsigned t0[TERMS], t1[TERMS];
+        split3(xv[i].x, xv[i].y, t0);
+        split3(xv[i].z, xv[i].w, t1);
 #pragma unroll
         for (int q = 0; q < TERMS; ++q)
-          *reinterpret_cast<unsigned*>(smem + xs_offset(q, vr, kr >> 3) + (kr & 7) * 2) = t[q];
+          *reinterpret_cast<uint2*>(smem + xs_offset(q, vr, kr >> 3) + (kr & 7) * 2) = make_uint2(t0[q], t1[q]);
       }
     }
     __syncthreads();
@@ -168,7 +167,7 @@ __device__ __forceinline__ void linear_bf16(const float* __restrict__ x, const _
       wv[1][c] = wn[1][c];
     }
 #pragma unroll
-    for (int i = 0; i < 8; ++i) xv[i] = xn[i];
+    for (int i = 0; i < 4; ++i) xv[i] = xn[i];
   }
 
   // The CTA's partial out^T: accumulator i of tile t is column 16 mt + g + 8 (i / 2), row
