@@ -35,7 +35,8 @@ warps a head group) take the partial `day0_dsa_partial_bf16_mma_vp<VP>`, whose V
 group split the scores' k-steps; the function name then ends in `_vp<VP>`. H100, 64 sequences of
 the 4.9B benchmark model (16 heads) at 4K: 254 -> 131 us a layer (docs/perf.md, "Where the
 64-sequence step goes"). The option split-scores=false keeps the general entry, each of whose
-warps computes all of its head group's scores. The option tensor-cores=false keeps every site on the f32-arithmetic kernels.
+warps computes all of its head group's scores. The option tensor-cores=false keeps every site on
+the f32-arithmetic kernels.
 The kernels' ABI and grids: lowering/kernel_geometry.py, section dsa_attention.cu.
 """
 

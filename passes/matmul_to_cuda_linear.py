@@ -4,16 +4,16 @@ IREE external dispatch, on the cuda-sm90 target.
 
 Why: IREE 3.13 runs these products at 5-17x their weight bytes' time for 64 rows (stacked
 bf16-term matmuls of 192 rows, matmul-to-bf16-terms) and as f32 SIMT matmuls for 4 or 16 rows;
-the kernel splits x into three bf16 terms itself (f32 accuracy, as matmul-to-bf16-terms' default)
-and spreads the weight over a cluster of CTAs along K (docs/perf.md, "Where the
-64-sequence step goes"). One row (a single sequence's matvec) stays with IREE by default (min-rows=2): its matvec
-is near the bytes' time there, and IREE fuses its neighbours into it, where an external
-dispatch is a launch of its own.
-
-Not yet in the cuda-sm90 pipeline (lowering/targets.py): the kernel's GPU check
-(tools/bench/gpu_linear_check.py) has not run yet. Known cost to weigh then: where IREE fused a
-neighbour into the matmul (the indexer's per-column factor on the fused projections of x, a slice
-of the result) those become launches of their own (tiny bench config, paged_decode_4: 66 -> 70).
+the kernel splits x into three bf16 terms itself (f32 accuracy, as matmul-to-bf16-terms'
+default) and spreads the weight over a cluster of CTAs along K. It beats IREE's products at
+every 64-row shape of the benchmark model but the dense gate (tools/bench/gpu_linear_check.py;
+docs/perf.md, "Where the 64-sequence step goes"), so cuda-sm90 runs it before
+matmul-to-bf16-terms. One row (a single sequence's matvec) stays with IREE by default
+(min-rows=2): its matvec is near the bytes' time there, and IREE fuses its neighbours into it,
+where an external dispatch is a launch of its own. That cost remains where IREE fused a
+neighbour into a matmul of more rows (the indexer's per-column factor on the fused projections
+of x, a slice of the result): those become launches of their own (tiny bench config,
+paged_decode_4: 66 -> 70).
 
 Matched: `torch.aten.mm` of x f32 [M, K] (static, not itself a widened bf16 value) and an operand
 that is a bf16 weight [N, K] widened to f32 and transposed (through layout ops, as
