@@ -61,13 +61,22 @@ class _PrefillFirst(_Prefill):
 
 
 class _PagedStep(nn.Module):
-    """A step over paged state (models/paging.py, CausalLM.step_paged): (ids [S], positions [S],
-    tables [G, nb], slots [G], *pools, *slot tensors) -> (logits [S, V], next [G], *pools, *slot
-    tensors). G = 1: a prompt chunk of one sequence, `next` the greedy token after its last row
-    (`last`: logits [1, V] of that row only); G = S: a batched decode step, one token, table and
-    slot per sequence, `next` per row.
-    NON_FINITE_TOKEN where a row is not all finite. Ids, positions, table entries and slots are
-    clamped into range as in _Prefill; a pool holds whole blocks."""
+    """A step over paged state (models/paging.py, CausalLM.step_paged):
+        (ids [S], positions [S], tables [G, nb], slots [G], prev [M], logits_out [R, V] (written),
+         next_out [G] (written), *pools, *slot tensors) -> (*pools, *slot tensors)
+    G = 1: a prompt chunk of one sequence, `next` the greedy token after its last row (`last`:
+    R = 1, the logits of that row only; else R = S); G = S: a batched decode step, one token,
+    table and slot per sequence, `next` per row. NON_FINITE_TOKEN where a row is not all finite.
+
+    The step writes its logits and next tokens into the caller's buffers (`copy_` into inputs:
+    torch.export records them as mutated inputs, which IREE's torch ABI aliases to the caller's
+    buffers), so the compiled step allocates no result: with its transient memory also the
+    caller's (`--iree-torch-externalize-transients`, lowering/targets.py) a call is one queue
+    submission that never blocks the host, and the Engine can submit step N+1 while step N runs
+    (runtime/engine.py). `prev` [M] (M: the largest compiled batch) is the next_out of an earlier
+    step still on the device: an id < 0 stands for prev[-1 - id], a token the host has not read
+    yet. Ids, positions, table entries and slots are clamped into range as in _Prefill; a pool
+    holds whole blocks."""
 
     def __init__(self, lm, block: int, batched: bool, last: bool = False):
         super().__init__()
@@ -76,7 +85,8 @@ class _PagedStep(nn.Module):
         self.pools = len(pools)
         self.block_rows = pools[0].shape[0] if pools else 0  # the first pool's rows per block
 
-    def forward(self, ids, positions, tables, slots, *state):
+    def forward(self, ids, positions, tables, slots, prev, logits_out, next_out, *state):
+        ids = torch.where(ids < 0, prev[(-1 - ids).clamp(0, prev.shape[0] - 1)], ids)
         ids = ids.clamp(0, self.lm.cfg.vocab_size - 1)
         positions = positions.clamp(0, self.lm.max_seq_len - 1).clamp(max=tables.shape[1] * self.block - 1)
         if self.pools:
@@ -86,7 +96,9 @@ class _PagedStep(nn.Module):
         logits, *state = self.lm.step_paged(
             ids, positions, tables, slots, *state, block=self.block, batched=self.batched, last=self.last
         )
-        return (logits, greedy_token(logits, self.batched), *state)
+        logits_out.copy_(logits)
+        next_out.copy_(greedy_token(logits, self.batched))
+        return tuple(state)
 
 
 def greedy_token(logits, batched: bool):
@@ -143,25 +155,26 @@ def _paged_wrappers(lm, max_seq_len: int, paged: PagedExport) -> dict:
     state_shapes = tuple({0: p.shape[0] * pool_blocks} for p in pools) + tuple({0: slot_count} for _ in slots)
     seq = Dim("seq", min=2, max=max_seq_len)
     zeros = lambda *shape: torch.zeros(*shape, dtype=torch.int64)  # noqa: E731
+    vocab, prev = lm.cfg.vocab_size, zeros(max(paged.batch_sizes))
     wrappers = {
         "paged_prefill": (
             _PagedStep(lm, paged.block, batched=False),
-            (zeros(4), zeros(4), zeros(1, 2), zeros(1), *examples),
-            ({0: seq}, {0: seq}, {1: blocks}, None, state_shapes),
+            (zeros(4), zeros(4), zeros(1, 2), zeros(1), prev, torch.zeros(4, vocab), zeros(1), *examples),
+            ({0: seq}, {0: seq}, {1: blocks}, None, None, {0: seq}, None, state_shapes),
         )
     }
     if paged.chunk:
         c = paged.chunk
         wrappers["paged_prefill_chunk"] = (
             _PagedStep(lm, paged.block, batched=False, last=True),
-            (zeros(c), zeros(c), zeros(1, 2), zeros(1), *examples),
-            (None, None, {1: blocks}, None, state_shapes),
+            (zeros(c), zeros(c), zeros(1, 2), zeros(1), prev, torch.zeros(1, vocab), zeros(1), *examples),
+            (None, None, {1: blocks}, None, None, None, None, state_shapes),
         )
     for b in paged.batch_sizes:
         wrappers[f"paged_decode_{b}"] = (
             _PagedStep(lm, paged.block, batched=True),
-            (zeros(b), zeros(b), zeros(b, 2), zeros(b), *examples),
-            (None, None, {1: blocks}, None, state_shapes),
+            (zeros(b), zeros(b), zeros(b, 2), zeros(b), prev, torch.zeros(b, vocab), zeros(b), *examples),
+            (None, None, {1: blocks}, None, None, None, None, state_shapes),
         )
     return wrappers
 

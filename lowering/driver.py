@@ -221,7 +221,7 @@ def compile_checkpoint(
             lowered,
             options.target,
             tmp / VMFB,
-            extra_flags=options.extra_flags,
+            extra_flags=(*target.artifact_flags, *options.extra_flags),
             dump_dir=stages / "iree" if stages else None,
             repro_dir=out_dir.parent / f"{out_dir.name}.repro",
         )
@@ -281,39 +281,28 @@ def paged_export(model, options: BuildOptions):
 
 
 def paged_entry_points(paged) -> dict:
+    """The paged entry points' manifest records (frontend/export.py, _PagedStep): their logits and
+    next tokens are written into caller buffers; the functions return only the state."""
     from day0.runtime.artifact import EntryPoint
 
     if paged is None:
         return {}
     state = "*pools, *slots (paged.pools, blocks chosen at load; paged.slots, slots chosen at load)"
-    out = {
-        "paged_prefill": EntryPoint(
-            ("ids[S] int64", "positions[S] int64", "tables[1,nb] int64", "slots[1] int64", state),
-            ("logits[S,V] float32", NEXT, state),
-            min_len=2,
-            layout="paged",
-        )
-    }
+    most = max(paged.batch_sizes)
+    prev = f"prev[{most}] int64 (an earlier step's next; ids < 0 read prev[-1 - id])"
+
+    def entry(n: str, g: int, rows: str, next_: str, **kw) -> EntryPoint:
+        ins = (f"ids[{n}] int64", f"positions[{n}] int64", f"tables[{g},nb] int64", f"slots[{g}] int64", prev)
+        outs = (f"logits_out[{rows},V] float32 (written)", f"next_out[{g}] int64 (written): {next_}")
+        return EntryPoint((*ins, *outs, state), (state,), layout="paged", **kw)
+
+    out = {"paged_prefill": entry("S", 1, "S", NEXT, min_len=2)}
     if paged.chunk:
-        out["paged_prefill_chunk"] = EntryPoint(
-            (
-                f"ids[{paged.chunk}] int64",
-                f"positions[{paged.chunk}] int64",
-                "tables[1,nb] int64",
-                "slots[1] int64",
-                state,
-            ),
-            ("logits[1,V] float32 (the last row's)", NEXT, state),
-            static_len=paged.chunk,
-            layout="paged",
+        out["paged_prefill_chunk"] = entry(
+            str(paged.chunk), 1, "1", NEXT + ", the logits of the last row only", static_len=paged.chunk
         )
     for b in paged.batch_sizes:
-        out[f"paged_decode_{b}"] = EntryPoint(
-            (f"ids[{b}] int64", f"positions[{b}] int64", f"tables[{b},nb] int64", f"slots[{b}] int64", state),
-            (f"logits[{b},V] float32", f"next[{b}] int64 (per row, -1 where not finite)", state),
-            layout="paged",
-            batch=b,
-        )
+        out[f"paged_decode_{b}"] = entry(str(b), b, str(b), "per row, -1 where not finite", batch=b)
     return out
 
 

@@ -88,6 +88,9 @@ class Target:
     # > 0: artifacts also get `prefill_chunk`, prefill at this static length, which Session runs
     # prompts through (lowering/driver.py); 0: prompts go through the dynamic-length prefill only.
     prefill_chunk: int = 0
+    # Flags for whole-model artifacts only (lowering/driver.py), not for the single-op modules of
+    # tests and GPU checks, which are called through iree.runtime's own invoker: ABI changes.
+    artifact_flags: tuple[str, ...] = ()
     # The position-indexed caches' dtype for models that support bf16 caches (others: float32).
     cache_dtype: str = "float32"
     prepare: Callable[[str], str] | None = field(default=None, compare=False)
@@ -250,6 +253,14 @@ TARGETS: dict[str, Target] = {
     # Prefill in static chunks of 512: with a dynamic row count IREE's CUDA matmul configuration
     # is the matvec one; a static count gets tiled matmuls.
     # bf16 latent and indexer caches: what the tensor-core attention and indexer kernels read.
+    # --iree-torch-externalize-transients (artifacts only): every entry point of an artifact takes
+    #   its transient memory from the caller (runtime/step_call.py). IREE's CUDA driver runs a call's queue_alloca/dealloca on
+    #   the calling thread and waits there for their fences, so an allocating step blocks the host
+    #   until its inputs arrive and again until it ends; with caller transients and the paged
+    #   steps' results written into caller buffers (frontend/export.py, _PagedStep), a paged step
+    #   is one submission and the Engine overlaps the next step's host work with it. (Not on
+    #   llvm-cpu: IREE 3.13 rejects it for a dynamic-length prefill there, "explicit execution
+    #   regions must only contain explicit ops"; a CPU step has no launch latency to hide.)
     "cuda-sm90": Target(
         name="cuda-sm90",
         description="NVIDIA Hopper (H100/H200); compiles on any machine, no GPU or CUDA toolkit needed",
@@ -257,6 +268,7 @@ TARGETS: dict[str, Target] = {
         device_flags=(),
         opt_level="O3",
         codegen_flags=("--iree-opt-data-tiling=false",),
+        artifact_flags=("--iree-torch-externalize-transients",),
         passes=(
             *_WEIGHTS,
             ("indexer", "indexer-scores-to-cuda-kernel"),

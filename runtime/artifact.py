@@ -27,7 +27,8 @@ MANIFEST = "manifest.json"
 VMFB = "model.vmfb"
 # 2: typed manifest; entry points say whether they return the greedy next token; `devices`.
 # 3: paged entry points take slots and per-sequence slot tensors (`paged.slots`).
-FORMAT_VERSION = 3
+# 4: paged entry points write their logits and next tokens into caller buffers and take `prev`.
+FORMAT_VERSION = 4
 
 
 class ArtifactError(ValueError):
@@ -68,7 +69,8 @@ class EntryPoint:
     min_len: int = 1
     static_len: int = 0
     # "dense": (ids, start, *state) over the manifest's `state`; "paged": (ids, positions, tables,
-    # slots, *pools, *slot tensors) over `paged` (PagedLayout), `batch` sequences of one token each
+    # slots, prev, logits_out, next_out, *pools, *slot tensors) -> (*pools, *slot tensors) over
+    # `paged` (PagedLayout; frontend/export.py, _PagedStep), `batch` sequences of one token each
     # (0: one sequence's prompt chunk)
     layout: str = "dense"
     batch: int = 0
@@ -335,7 +337,7 @@ def read_manifest(artifact_dir: Path, verify: bool = True, checkpoint_dir=None, 
     return manifest
 
 
-_VTENSOR = re.compile(r"!torch\.vtensor<\[([^\]]*)\],(\w+)>")
+_VTENSOR = re.compile(r"!torch\.v?tensor<\[([^\]]*)\],(\w+)>")  # tensor: a mutated argument
 _DTYPES = {"f32": "float32", "bf16": "bfloat16", "si64": "int64"}
 
 
@@ -366,7 +368,10 @@ def check_signatures(manifest: Manifest, reflection: dict[str, dict[str, str]], 
             state = [((None, *p.shape[1:]), p.dtype) for p in manifest.paged.pools]
             state += [((None, *s.shape), s.dtype) for s in manifest.paged.slots]
             n, g = entry.batch or entry.static_len or None, entry.batch or 1
-            expected_args = [((n,), "int64"), ((n,), "int64"), ((g, None), "int64"), ((g,), "int64"), *state]
+            rows = 1 if entry.static_len else n
+            expected_args = [((n,), "int64"), ((n,), "int64"), ((g, None), "int64"), ((g,), "int64")]
+            expected_args += [((max(manifest.paged.batch_sizes),), "int64"), ((rows, manifest.vocab_size), "float32")]
+            expected_args += [((g,), "int64"), *state]
         else:
             state = [(tuple(s.shape), s.dtype) for s in manifest.state]
             ids_len = entry.static_len or None
@@ -377,10 +382,12 @@ def check_signatures(manifest: Manifest, reflection: dict[str, dict[str, str]], 
                 f"max_seq_len is {r.get('day0.max_seq_len')} in the module, {manifest.max_seq_len} in the manifest"
             )
         problem = problem or _first_difference("argument", args, expected_args)
-        logits = results[:1]
-        expected_logits = [((results[0][0][0] if results else None, manifest.vocab_size), "float32")]
-        problem = problem or _first_difference("logits", logits, expected_logits)
-        problem = problem or _first_difference("state result", results[1 + entry.greedy_next :], state)
+        if entry.layout != "paged":  # (the paged steps write theirs into arguments)
+            logits = results[:1]
+            expected_logits = [((results[0][0][0] if results else None, manifest.vocab_size), "float32")]
+            problem = problem or _first_difference("logits", logits, expected_logits)
+            results = results[1 + entry.greedy_next :]
+        problem = problem or _first_difference("state result", results, state)
         if problem:
             raise ArtifactError(f"{where}: function '{name}': {problem} (edited manifest, or another compile's vmfb?)")
 

@@ -34,6 +34,14 @@ One `step`:
     logits row run `paged_prefill` (a dynamic length; a 1-token remainder runs as a decode row).
  3. One decode step for every sequence past its prompt: one token each, in batches of the
     compiled sizes (`paged_decode_<B>`; rows beyond the batch point at the scratch block).
+ 4. Lookahead: before reading this step's decode, the next step's is submitted, its rows taking
+    their tokens from this one's on the device (the step's `prev` argument: frontend/export.py,
+    _PagedStep), so that the host builds, records and submits step N+1 while the GPU runs step N
+    instead of the GPU waiting for the host between steps (docs/perf.md). When the next step
+    comes its decode is already running: rows of sequences that ended meanwhile (a stop token, an
+    abort) are dropped. Only when every row is greedy (a sampled token is known only once the
+    step is read) and the rows fit one batch; otherwise the next step submits its own. The
+    tokens are those of running each step to its end (`lookahead=False`).
 Greedy requests take the device's next token (only ids are read back); the others sample on the
 host from their own generator, so a seeded request gives the same tokens whatever runs beside
 it. A request finishes at max_new_tokens ("length"), at a stop token ("stop"), by `abort`
@@ -43,6 +51,7 @@ it. A request finishes at max_new_tokens ("length"), at a stop token ("stop"), b
 from __future__ import annotations
 
 import itertools
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -52,7 +61,7 @@ from day0.runtime.blocks import SCRATCH_BLOCK, BlockPool
 from day0.runtime.loading import open_artifact, token_ids
 from day0.runtime.sampling import logprobs, make_rng, sample, validate_sampling
 from day0.runtime.state_file import np_dtype
-from day0.runtime.step_call import StepCaller
+from day0.runtime.step_call import PagedCaller, Pending
 
 SCRATCH_SLOT = 0  # the slot padding rows of a batched step use; never a sequence's
 KINDS = ("text", "image")  # request kinds, each with its own waiting queue
@@ -114,6 +123,15 @@ class _Sequence:
         return self.fed < self.prompt.size
 
 
+@dataclass
+class _Decode:
+    """A submitted decode step: its sequences, one row each in order, and the pending call."""
+
+    seqs: list[_Sequence]
+    pending: Pending
+    prompt_token: bool = False
+
+
 class Engine:
     def __init__(
         self,
@@ -123,6 +141,7 @@ class Engine:
         memory_bytes: int | None,
         chunk: int | None,
         max_running: int | None = None,
+        lookahead: bool = True,
     ):
         """Engine.load's arguments, as there."""
         if manifest.paged is None:
@@ -149,7 +168,12 @@ class Engine:
         self._decode = {b: f"paged_decode_{b}" for b in self.layout.batch_sizes}
         most = max(self.layout.batch_sizes)
         tokens, blocks = max(self.chunk, most), self.blocks.blocks_for(self.max_seq_len)
-        self._caller = StepCaller(vm, [tokens, tokens, most * blocks, most])  # ids, positions, tables, slots
+        # ids, positions, tables, slots
+        self._caller = PagedCaller(vm, [tokens, tokens, most * blocks, most], most, self.vocab_size)
+        self.lookahead = lookahead
+        self._ahead: _Decode | None = None  # the next step's decode, submitted by this one
+        # at the latest when the Engine goes (or the interpreter exits): no submission left running
+        self._drain = weakref.finalize(self, self._caller.drain)
         self._ids = itertools.count()
         self._waiting: dict[str, list[_Sequence]] = {k: [] for k in KINDS}
         self._running: dict[int, _Sequence] = {}
@@ -166,16 +190,19 @@ class Engine:
         verify: bool = True,
         checkpoint_dir=None,
         max_running: int | None = None,
+        lookahead: bool = True,
     ) -> Engine:
         """Load an artifact compiled with --max-batch. At most `max_running` sequences run at
         once (default: the largest compiled batch); the pools get `num_blocks` blocks, or as many
         as `memory_bytes` holds beside the running sequences' slots, or (neither) enough for each
         running sequence to reach max_seq_len. `chunk`: the most prompt tokens one step runs
-        (default: the artifact's static prompt chunk, else DEFAULT_CHUNK)."""
+        (default: the artifact's static prompt chunk, else DEFAULT_CHUNK). `lookahead`: submit
+        the next step's decode before reading this one's (module docstring); False runs every
+        step to its end before the next begins (the same tokens, later)."""
         if chunk is not None and (not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1):
             raise EngineError(f"chunk must be an integer >= 1, got {chunk!r}")
         manifest, vm = open_artifact(artifact_dir, device, verify, checkpoint_dir)
-        return cls(manifest, vm, num_blocks, memory_bytes, chunk, max_running)
+        return cls(manifest, vm, num_blocks, memory_bytes, chunk, max_running, lookahead)
 
     # -- requests -------------------------------------------------------------------------------
     def add(
@@ -245,6 +272,13 @@ class Engine:
         self._retire(rid)
         return True
 
+    def close(self) -> None:
+        """Wait for the step submitted ahead (module docstring, lookahead), if any, and drop it:
+        after this nothing of the Engine's runs on the device. Steps may follow (the next one
+        submits its own decode). Also done when the Engine is collected or the interpreter exits."""
+        self._ahead = None
+        self._caller.drain()
+
     def counters(self) -> dict[str, int]:
         return {
             "running": len(self._running),
@@ -276,9 +310,16 @@ class Engine:
         if prompt is not None:
             self._run_prompt_chunk(prompt, progress)
         decoding = [s for s in self._running.values() if not s.in_prompt and s.finished is None and s is not prompt]
+        decodes, self._ahead = ([self._ahead] if self._ahead else []), None
+        covered = {s.id for d in decodes for s in d.seqs}
+        rest = [s for s in decoding if s.id not in covered]  # (none, when the lookahead ran)
         largest = max(self._decode)
-        for i in range(0, len(decoding), largest):
-            self._run_decode(decoding[i : i + largest], progress)
+        decodes += [self._submit_decode(rest[i : i + largest]) for i in range(0, len(rest), largest)]
+        if self.lookahead and len(decodes) == 1:
+            ready = [s for s in self._running.values() if not s.in_prompt and s.finished is None]
+            self._ahead = self._submit_ahead(decodes[0], ready)
+        for d in decodes:
+            self._finish_decode(d, progress)
         for rid, p in progress.items():
             if p.finished is not None and rid in self._running:
                 self._retire(rid)
@@ -314,10 +355,17 @@ class Engine:
         self._free_slots.append(seq.slot)
 
     def _call(self, name: str, ids, positions, tables, slots, logits: bool):
-        """One paged step over the Engine's state; returns (the logits rows on the host, or None
-        unless `logits`; the device's next tokens on the host)."""
-        host, self._state = self._caller(name, [ids, positions, tables, slots], self._state, (0, 1) if logits else (1,))
-        return (host[0] if logits else None), host[-1].reshape(-1)
+        """One paged step over the Engine's state, run to its end; returns (the logits rows on the
+        host, or None unless `logits`; the device's next tokens on the host)."""
+        pending = self._submit(name, ids, positions, tables, slots, logits)
+        return self._caller.finish(pending)
+
+    def _submit(self, name: str, ids, positions, tables, slots, logits: bool, prev: Pending | None = None) -> Pending:
+        rows = 1 if name == self._prefill_static else len(ids)
+        pending, self._state = self._caller.submit(
+            name, [ids, positions, tables, slots], self._state, rows, logits, prev
+        )
+        return pending
 
     def _prompt_pieces(self, seq: _Sequence) -> list[tuple[int, int, bool]]:
         """This step's calls for `seq`'s prompt, (start, end, static), at most `chunk` tokens of
@@ -355,23 +403,60 @@ class Engine:
                 self._emit(seq, p, token, None if host is None else host[-1])
 
     def _run_decode(self, seqs: list[_Sequence], progress: dict[int, Progress], prompt_token: bool = False) -> None:
+        self._finish_decode(self._submit_decode(seqs, prompt_token), progress)
+
+    def _submit_decode(
+        self, seqs: list[_Sequence], prompt_token: bool = False, ahead_of: _Decode | None = None
+    ) -> _Decode:
+        """Submit one decode step of `seqs` (one row each, at its next position). `ahead_of`: a
+        decode not yet finished whose rows' tokens some of `seqs` continue from on the device
+        (those rows read its next tokens through `prev`, one position further on)."""
         size = min(b for b in self._decode if b >= len(seqs))
         ids = np.zeros(size, dtype=np.int64)
         positions = np.zeros(size, dtype=np.int64)
         slots = np.full(size, SCRATCH_SLOT, dtype=np.int64)
-        rows = [self._table(s, s.fed + 1) for s in seqs]  # each row's blocks up to its new position
+        rows_of = {s.id: r for r, s in enumerate(ahead_of.seqs)} if ahead_of else {}
+        for r, s in enumerate(seqs):
+            if s.id in rows_of:
+                ids[r], positions[r] = -1 - rows_of[s.id], s.fed + 1
+            else:
+                ids[r], positions[r] = s.prompt[s.fed] if prompt_token else s.out[-1], s.fed
+            slots[r] = s.slot
+        rows = [self._table(s, int(positions[r]) + 1) for r, s in enumerate(seqs)]  # blocks to the new position
         tables = np.full((size, max(map(len, rows))), SCRATCH_BLOCK, dtype=np.int64)
-        for r, s in enumerate(seqs):
-            ids[r] = s.prompt[s.fed] if prompt_token else s.out[-1]
-            positions[r], slots[r] = s.fed, s.slot
-            tables[r, : len(rows[r])] = rows[r]
-        host, tokens = self._call(self._decode[size], ids, positions, tables, slots, any(s.needs_row for s in seqs))
-        for r, s in enumerate(seqs):
+        for r, row in enumerate(rows):
+            tables[r, : len(row)] = row
+        logits = any(s.needs_row for s in seqs)
+        prev = ahead_of.pending if ahead_of else None
+        pending = self._submit(self._decode[size], ids, positions, tables, slots, logits, prev)
+        return _Decode(seqs, pending, prompt_token)
+
+    def _submit_ahead(self, d: _Decode, ready: list[_Sequence]) -> _Decode | None:
+        """The next step's decode, submitted now, before `d` is read: `d`'s rows that go on (each
+        continuing from its token on the device) and the other `ready` sequences (past their
+        prompt: their last token is on the host). None when a row of `d` samples on the host (its
+        token is not known before `d` is read) or the rows exceed the largest batch."""
+        live = [s for s in d.seqs if self._running.get(s.id) is s and s.finished is None]
+        if d.prompt_token or not all(s.greedy for s in live):
+            return None
+        going_on = [s for s in live if len(s.out) + 1 < s.max_new_tokens]  # the others end by length
+        rows = going_on + [s for s in ready if s not in live]
+        if not rows or len(rows) > max(self._decode):
+            return None
+        return self._submit_decode(rows, ahead_of=d)
+
+    def _finish_decode(self, d: _Decode, progress: dict[int, Progress]) -> None:
+        """Read decode `d` and emit its tokens; rows of sequences that have ended since it was
+        submitted (a stop token, an abort) are dropped (what they wrote is in their freed blocks)."""
+        host, tokens = self._caller.finish(d.pending)
+        for r, s in enumerate(d.seqs):
+            if self._running.get(s.id) is not s or s.finished is not None:
+                continue
             s.fed += 1
             p = progress.setdefault(s.id, Progress())
             if s.keep_logits:
                 p.logits.append(host[r])
-            if prompt_token and s.in_prompt:
+            if d.prompt_token and s.in_prompt:
                 continue
             self._emit(s, p, int(tokens[r]) if s.greedy else None, None if host is None else host[r])
 

@@ -1,38 +1,51 @@
-"""`StepCaller`: the Engine's paged entry points called with one host wait a step.
+"""Calling a loaded artifact's entry points without `iree.runtime.FunctionInvoker`'s host cost.
 
-`iree.runtime.FunctionInvoker` (what `VmModule.function` hands out) costs more host time than
-a one-sequence decode step on the GPU can spare (docs/perf.md, "Host cost of an Engine step"):
-  * each numpy argument becomes a fresh device buffer, allocated and copied synchronously;
-  * the synchronous entry point waits for the device before it returns;
-  * each `DeviceArray.to_host()` registers a fresh numpy array with the driver (pinned memory)
-    and waits again.
-Here the buffers are made once and reused by every call:
-  * the step's integer inputs are written into one pinned host buffer and copied, by one
-    command buffer, into device buffers of the largest size any call needs (a buffer view of
-    the call's shape over each);
-  * the entry point's `$async` variant waits for that copy on the device, not on the host;
-  * the results the caller reads (the next tokens; the logits rows when some request samples
-    on the host) are copied into one pinned read-back buffer after the step, also on the
-    device, and the host waits once, for that copy.
-The three submissions are ordered by one timeline semaphore. That read-back is recorded before
-the step has run, while its results are transient buffers not yet allocated: the CUDA driver
-records command buffers for later replay (`--cuda_use_streams`' deferred command buffers), so
-it resolves them when the copy is issued; IREE's local (CPU) devices resolve them while
-recording and refuse, so there the host waits for the step first (two waits; a CPU step is
-milliseconds). Calls are synchronous as seen by the caller: when `__call__` returns the step has
-run, the results are on the host and the input buffers may be rewritten by the next call.
+`FunctionInvoker` (what `VmModule.function` hands out) costs more host time than a one-sequence
+decode step on the GPU can spare (docs/perf.md, "Host cost of an Engine step"): each numpy
+argument becomes a fresh device buffer, allocated and copied synchronously; the synchronous entry
+point waits for the device before it returns; each `DeviceArray.to_host()` registers a fresh
+numpy array with the driver (pinned memory) and waits again. Here buffers are made once and
+reused, and the `$async` entry points are invoked with fences:
+  * the step's integer inputs are written into a pinned host buffer and copied by one command
+    buffer into device buffers of the largest size any call needs (a buffer view of the call's
+    shape over each); the entry point waits for that copy on the device, not on the host;
+  * the results the caller reads are copied, on the device, into a pinned read-back buffer after
+    the step, and the host waits once, for that copy.
+
+Transient memory: an artifact compiled with `--iree-torch-externalize-transients` (cuda-sm90,
+lowering/targets.py) takes its transient memory as an argument after the state (a `!hal.buffer`
+of the size its `iree.abi.transients.size[.constant]` reflection names: a constant, or a function
+of the call's arguments). `Transients` keeps one device buffer, grown to the largest call.
+
+Two callers:
+  * `StepCaller` (Session's dense entry points): the entry point returns its outputs; one call
+    at a time, synchronous as seen by the caller.
+  * `PagedCaller` (the Engine's paged entry points, frontend/export.py `_PagedStep`): the entry
+    point writes its logits and next tokens into caller buffers and returns only the state, so a
+    call allocates nothing. `submit` returns a `Pending` call at once and `finish` waits for its
+    read-back, so the Engine can submit step N+1 (reading step N's next tokens on the device
+    through `prev`) before it waits for step N: the host prepares and records N+1 while the GPU
+    runs N (runtime/engine.py). Every step waits on the step before it (they share the state),
+    so the device runs them in submission order; each call's inputs, outputs and read-back live
+    in a buffer set of its own until `finish`.
+
+IREE's CUDA driver runs `queue_alloca`/`queue_dealloca` on the calling thread and waits there for
+their fences: an entry point that allocates holds the host until its inputs have arrived and
+again until it has run. That is why the paged steps allocate nothing (with caller transients).
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 from iree import runtime as rt
 
 _ALIGN = 256  # bytes between the pieces of the staging and read-back buffers
 _MT, _BU = rt.MemoryType, rt.BufferUsage
+_SIZE = "iree.abi.transients.size"
 
 
 def _aligned(n: int) -> int:
@@ -51,30 +64,93 @@ def _pinned(device, usage, size: int):
     return buffer, mapping, mapping.asarray([size], np.dtype(np.uint8))
 
 
+def _device_buffer(device, size: int):
+    return device.allocator.allocate_buffer(
+        memory_type=int(_MT.DEVICE_LOCAL), allowed_usage=int(_BU.DEFAULT), allocation_size=max(size, 8)
+    )
+
+
+def _fence(*points) -> rt.HalFence:
+    """A fence of (semaphore, value) timepoints."""
+    fence = rt.HalFence(max(len(points), 1))
+    for sem, value in points:
+        fence.insert(sem, value)
+    return fence
+
+
+def _push(args: rt.VmVariantList, views) -> None:
+    for x in views:
+        args.push_ref(x.ref)
+
+
+class Transients:
+    """The caller-provided transient memory of one module's entry points (module docstring): one
+    device buffer, grown (never shrunk) to the largest size a call has needed. A call made while
+    an earlier one may still run on the device keeps that one's buffer alive through its own
+    `Pending` (`buffer()`'s value), and every entry point's calls are ordered on the device (each
+    waits for the previous), so they can share one buffer."""
+
+    def __init__(self, vm):
+        self._vm, self._device = vm, vm.device
+        self._buffer, self._bytes = None, 0
+        self._sizes: dict[tuple, int] = {}  # (function, argument shapes) -> bytes
+        self._placeholder = None
+
+    def takes(self, function) -> bool:
+        return _SIZE in function.reflection or f"{_SIZE}.constant" in function.reflection
+
+    def buffer(self, name: str, function, views: Sequence, fences: tuple) -> object:
+        """The storage for a call of `function` (entry point `name`) on `views` (its buffer view
+        arguments, in order): its size is the reflection's constant, else what the size function
+        returns for these arguments (cached by their shapes)."""
+        r = function.reflection
+        size = r.get(f"{_SIZE}.constant")
+        if size is None:
+            key = (name, *(tuple(v.shape) for v in views))
+            size = self._sizes.get(key)
+            if size is None:
+                size = self._sizes[key] = self._query(r[_SIZE], views, fences)
+        size = int(size)
+        if size > self._bytes:
+            self._bytes = max(_aligned(size), self._bytes + self._bytes // 2)
+            self._buffer = _device_buffer(self._device, self._bytes)
+        if self._buffer is None:
+            self._buffer = _device_buffer(self._device, 8)
+        return self._buffer
+
+    def _query(self, size_function: str, views: Sequence, fences: tuple) -> int:
+        """Call the module's transient-size function (its arguments: the entry point's)."""
+        if self._placeholder is None:
+            self._placeholder = _device_buffer(self._device, 8)
+        args = rt.VmVariantList(len(views) + 3)
+        _push(args, views)
+        args.push_ref(self._placeholder.ref)
+        for f in fences:
+            args.push_ref(f.ref)
+        results = rt.VmVariantList(1)
+        self._vm.invoke(self._vm.exported_function(size_function), args, results)
+        return int(results.get_variant(0))
+
+
 class StepCaller:
     """Calls entry points of one loaded module (`VmModule`) whose arguments are int64 inputs
-    followed by device state, and whose results are outputs (the logits, the greedy next tokens
-    when the entry point has them) followed by the state: the Engine's paged steps and Session's
-    calls."""
+    followed by device state (and, with caller transients, their storage), and whose results are
+    outputs (the logits, the greedy next token when the entry point has it) followed by the
+    state: Session's calls. Synchronous as seen by the caller: when `__call__` returns the step
+    has run, the results are on the host and the input buffers may be rewritten."""
 
     def __init__(self, vm, input_elements: Sequence[int]):
         """`input_elements[i]`: the most elements input i of any call holds."""
         self._vm, self._device = vm, vm.device
-        alloc = self._device.allocator
         self._sizes = [8 * int(n) for n in input_elements]
         self._offsets = list(itertools.accumulate((_aligned(s) for s in self._sizes), initial=0))
         self._staging, self._staging_map, self._staged = _pinned(self._device, _BU.TRANSFER_SOURCE, self._offsets[-1])
-        self._inputs = [
-            alloc.allocate_buffer(
-                memory_type=int(_MT.DEVICE_LOCAL), allowed_usage=int(_BU.DEFAULT), allocation_size=max(s, 8)
-            )
-            for s in self._sizes
-        ]
+        self._inputs = [_device_buffer(self._device, s) for s in self._sizes]
         self._readback, self._readback_bytes = None, 0
         self._semaphore = self._device.create_semaphore(0)
         self._value = 0
         self._functions: dict[str, object] = {}
-        self._record_early = vm.device_name == "cuda"  # module docstring
+        self._transients = Transients(vm)
 
     def _function(self, name: str):
         fn = self._functions.get(name)
@@ -114,18 +190,23 @@ class StepCaller:
         self._value = v + 3
         self._device.queue_execute(copy, self._fence(v), self._fence(v + 1))
 
-        args = rt.VmVariantList(len(views) + len(state) + 2)
-        for x in views:
-            args.push_ref(x.ref)
-        for x in state:
-            args.push_ref(x._buffer_view.ref)
-        args.push_ref(self._fence(v + 1).ref)
-        args.push_ref(self._fence(v + 2).ref)
+        fn = self._function(name)
+        views += [x._buffer_view for x in state]
+        fences = (self._fence(v + 1), self._fence(v + 2))
+        args = rt.VmVariantList(len(views) + 3)
+        _push(args, views)
+        if self._transients.takes(fn):
+            args.push_ref(self._transients.buffer(name, fn, views, fences).ref)
+        for f in fences:
+            args.push_ref(f.ref)
         results = rt.VmVariantList(len(state) + outputs)
-        self._vm.invoke(self._function(name), args, results)
+        self._vm.invoke(fn, args, results)
         out = [results.get_as_object(i, rt.HalBufferView) for i in range(len(results))]
 
-        if not self._record_early:
+        # IREE's local (CPU) devices resolve a copy's buffers while recording it, and these
+        # results are allocated by the step: wait for it first there (a CPU step is milliseconds).
+        # The CUDA driver records command buffers for replay and resolves them at issue.
+        if self._vm.device_name != "cuda":
             self._fence(v + 2).wait()
         back = rt.HalCommandBuffer(self._device)
         pieces, at = [], 0
@@ -142,3 +223,174 @@ class StepCaller:
         self._fence(v + 3).wait()
         copies = [host[at_i : at_i + bv.byte_length].view(dtype).reshape(bv.shape).copy() for at_i, bv, dtype in pieces]
         return copies, [rt.DeviceArray(self._device, bv) for bv in out[outputs:]]
+
+
+@dataclass
+class _Set:
+    """One call's buffers (PagedCaller): its inputs staged on the host and on the device, the
+    logits and next tokens it writes, and the pinned buffer they are read back into."""
+
+    staging: tuple
+    inputs: list
+    next: object  # device, `most` int64 (a prev view covers all of it)
+    logits: object = None  # device, grown by rows
+    logits_rows: int = 0
+    back: tuple = ()  # pinned (buffer, mapping, bytes)
+    back_bytes: int = 0
+
+
+@dataclass
+class Pending:
+    """A submitted paged call: `finish` it (in submission order) for its results. `next_view` is
+    the device's next tokens as a `prev` argument of a later call."""
+
+    name: str
+    set: _Set
+    rows: int  # logits rows written
+    tokens: int  # next tokens written
+    logits: bool  # whether the logits come back
+    back_value: int
+    keep: list = field(default_factory=list)  # buffers the device may still use
+    done: bool = False
+
+
+class PagedCaller:
+    """The Engine's paged entry points (module docstring): (ids, positions, tables, slots, prev,
+    logits_out, next_out, *state[, transients]) -> (*state)."""
+
+    def __init__(self, vm, input_elements: Sequence[int], most: int, vocab: int):
+        """`input_elements`: the most elements of ids, positions, tables, slots any call has;
+        `most`: the largest batch (prev's length); `vocab`: the logits' width."""
+        self._vm, self._device = vm, vm.device
+        self._sizes = [8 * int(n) for n in input_elements]
+        self._offsets = list(itertools.accumulate((_aligned(s) for s in self._sizes), initial=0))
+        self._most, self._vocab = most, vocab
+        # Three timelines, each signalled in order: input copies (a copy writes its own buffer set,
+        # so it waits for nothing), steps (each waits for its copy and for the step before it:
+        # they share the state), read-backs (each after its step and the read-back before it).
+        self._copies = self._device.create_semaphore(0)
+        self._steps = self._device.create_semaphore(0)
+        self._backs = self._device.create_semaphore(0)
+        self._copy_value = self._step_value = self._back_value = 0
+        self._free: list[_Set] = []
+        self._functions: dict[str, object] = {}
+        self._transients = Transients(vm)
+        self._no_prev = None
+        self._cuda = vm.device_name == "cuda"
+        self._unfinished: list[Pending] = []
+
+    def _function(self, name: str):
+        fn = self._functions.get(name)
+        if fn is None:
+            fn = self._functions[name] = self._vm.async_function(name)
+        return fn
+
+    def _acquire(self) -> _Set:
+        if self._free:
+            return self._free.pop()
+        return _Set(
+            staging=_pinned(self._device, _BU.TRANSFER_SOURCE, self._offsets[-1]),
+            inputs=[_device_buffer(self._device, s) for s in self._sizes],
+            next=_device_buffer(self._device, 8 * self._most),
+        )
+
+    def _prev_view(self, prev: Pending | None):
+        if prev is not None:
+            return rt.HalBufferView(prev.set.next, [self._most], rt.HalElementType.SINT_64)
+        if self._no_prev is None:  # no earlier step: a buffer no id points into (its contents unused)
+            self._no_prev = _device_buffer(self._device, 8 * self._most)
+        return rt.HalBufferView(self._no_prev, [self._most], rt.HalElementType.SINT_64)
+
+    def submit(
+        self, name: str, inputs: Sequence[np.ndarray], state: list, rows: int, logits: bool, prev: Pending | None = None
+    ) -> tuple[Pending, list]:
+        """Submit entry point `name` on `inputs` (ids, positions, tables, slots: int64 arrays;
+        ids < 0 read `prev`'s next tokens, which must not be finished yet) and `state`
+        (DeviceArrays, updated in place). `rows`: logits rows it writes; `logits`: read them
+        back. Returns (the pending call, the state results as DeviceArrays) at once."""
+        s = self._acquire()
+        p = Pending(name, s, rows, int(np.asarray(inputs[3]).size), logits, 0)
+        buffer, _, staged = s.staging
+        copy = rt.HalCommandBuffer(self._device)
+        views = []
+        for a, off, buf, most in zip(inputs, self._offsets, s.inputs, self._sizes):
+            a = np.ascontiguousarray(a, dtype=np.int64)
+            if a.nbytes > most:
+                self._free.append(s)
+                raise ValueError(
+                    f"{name}: an input of {a.size} elements exceeds the {most // 8} its buffers were sized for"
+                )
+            staged[off : off + a.nbytes] = a.reshape(-1).view(np.uint8)
+            copy.copy(buffer, buf, off, 0, a.nbytes)
+            views.append(rt.HalBufferView(buf, list(a.shape), rt.HalElementType.SINT_64))
+        copy.end()
+        if rows > s.logits_rows:
+            s.logits_rows = max(rows, 2 * s.logits_rows)
+            s.logits = _device_buffer(self._device, 4 * self._vocab * s.logits_rows)
+        views.append(self._prev_view(prev))
+        views.append(rt.HalBufferView(s.logits, [rows, self._vocab], rt.HalElementType.FLOAT_32))
+        views.append(rt.HalBufferView(s.next, [p.tokens], rt.HalElementType.SINT_64))
+        views += [x._buffer_view for x in state]
+
+        c, v = self._copy_value, self._step_value
+        self._copy_value, self._step_value = c + 1, v + 1
+        self._device.queue_execute(copy, _fence(), _fence((self._copies, c + 1)))
+        fences = (_fence((self._copies, c + 1), (self._steps, v)), _fence((self._steps, v + 1)))
+        if not self._cuda:
+            # IREE's local (CPU) devices resolve a step's transient buffer when recording it, which
+            # they refuse before its queue_alloca (waiting on this fence) has run: wait here. The
+            # order and the results are the same; the host just does not run ahead of a CPU step.
+            fences[0].wait()
+        fn = self._function(name)
+        args = rt.VmVariantList(len(views) + 3)
+        _push(args, views)
+        if self._transients.takes(fn):
+            storage = self._transients.buffer(name, fn, views, fences)
+            p.keep.append(storage)
+            args.push_ref(storage.ref)
+        for f in fences:
+            args.push_ref(f.ref)
+        results = rt.VmVariantList(len(state))
+        self._vm.invoke(fn, args, results)
+        out = [rt.DeviceArray(self._device, results.get_as_object(i, rt.HalBufferView)) for i in range(len(results))]
+
+        # the read-back: the next tokens, then (when asked) the logits rows
+        nbytes = 8 * p.tokens
+        total = _aligned(nbytes) + (4 * self._vocab * rows if logits else 0)
+        if total > s.back_bytes:
+            s.back_bytes = max(_aligned(total), 2 * s.back_bytes)
+            s.back = _pinned(self._device, _BU.TRANSFER_TARGET, s.back_bytes)
+        back = rt.HalCommandBuffer(self._device)
+        back.copy(s.next, s.back[0], 0, 0, nbytes)
+        if logits:
+            back.copy(s.logits, s.back[0], 0, _aligned(nbytes), 4 * self._vocab * rows)
+        back.end()
+        b = self._back_value
+        self._back_value = p.back_value = b + 1
+        self._device.queue_execute(back, _fence((self._steps, v + 1), (self._backs, b)), _fence((self._backs, b + 1)))
+        self._unfinished.append(p)
+        return p, out
+
+    def finish(self, p: Pending) -> tuple[np.ndarray | None, np.ndarray]:
+        """Wait for `p`'s read-back: (its logits rows [rows, V] or None, its next tokens)."""
+        if p.done:
+            raise ValueError(f"{p.name}: this call was already finished")
+        _fence((self._backs, p.back_value)).wait()
+        p.done = True
+        self._unfinished.remove(p)
+        data = p.set.back[2]
+        nxt = data[: 8 * p.tokens].view(np.int64).copy()
+        rows = None
+        if p.logits:
+            at = _aligned(8 * p.tokens)
+            rows = data[at : at + 4 * self._vocab * p.rows].view(np.float32).reshape(p.rows, self._vocab).copy()
+        self._free.append(p.set)
+        p.keep.clear()
+        return rows, nxt
+
+    def drain(self) -> None:
+        """Wait for every call not yet finished (their results dropped): before the device, its
+        buffers and semaphores go away (IREE aborts the process when a semaphore or buffer a
+        submission still uses is destroyed)."""
+        while self._unfinished:
+            self.finish(self._unfinished[0])

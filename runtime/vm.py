@@ -149,8 +149,9 @@ class VmModule:
 
     @property
     def function_names(self) -> list[str]:
-        """The callable entry points (IREE's `$async` variants and `__init` left out)."""
-        return [n for n in self._module.function_names if not n.endswith("$async") and not n.startswith("__")]
+        """The callable entry points (IREE's `$async` variants, their `$async_transients_size`
+        queries and `__init` left out)."""
+        return [n for n in self._module.function_names if "$" not in n and not n.startswith("__")]
 
     def function(self, name: str) -> Callable[..., Any]:
         """The entry point `name`: call it with numpy arrays or DeviceArrays.
@@ -174,6 +175,14 @@ class VmModule:
         if name not in self.function_names:
             raise KeyError(f"no function {name!r} in the module; it exports: {', '.join(self.function_names)}")
         return self._module.lookup_function(f"{name}$async")
+
+    def exported_function(self, name: str) -> rt.VmFunction:
+        """Any function the module exports by its own name (e.g. an `$async_transients_size`
+        query, runtime/step_call.py)."""
+        fn = self._module.lookup_function(name)
+        if fn is None:
+            raise KeyError(f"no function {name!r} in the module")
+        return fn
 
     def invoke(self, function: rt.VmFunction, args: rt.VmVariantList, results: rt.VmVariantList) -> None:
         """Call `function` of this module's context with prepared argument and result lists."""

@@ -3,6 +3,7 @@
 the same greedy tokens, with requests of different lengths added at different steps, some
 aborted, a pool too small for all at once, and blocks reused by later sequences."""
 
+import itertools
 import sys
 from pathlib import Path
 
@@ -83,6 +84,38 @@ def test_sequences_together_equal_each_alone(artifact, name):
     idle = {"running": 0, "waiting": 0, "waiting_text": 0, "waiting_image": 0, "blocks_used": 0}
     idle["blocks_free"] = engine.blocks.capacity
     assert engine.counters() == {**idle, "slots_free": engine.max_running}
+
+
+def test_lookahead_steps_give_what_steps_run_to_their_end_give(artifact, name):
+    """The Engine submits each step's successor before reading it (runtime/engine.py,
+    lookahead): step by step, the same tokens and finish reasons as with lookahead=False, through
+    a stop token met mid-way (the row computed past it is dropped), an abort between steps, a
+    request added while others decode and one that samples (no lookahead while it decodes)."""
+
+    def run(lookahead: bool, stop: tuple[int, ...]):
+        engine = Engine.load(artifact(name), chunk=8, lookahead=lookahead)
+        rids = [engine.add(_ids(5, 40), max_new_tokens=9, stop=stop)]
+        rids += [engine.add(_ids(9, 41), max_new_tokens=7, stop=()), engine.add(_ids(4, 42), max_new_tokens=8, stop=())]
+        steps, ahead = [], 0
+        for i in itertools.count():
+            if i == 3:
+                engine.abort(rids[2])
+            if i == 4:
+                engine.add(_ids(6, 43), max_new_tokens=5, stop=())
+            if i == 6:
+                engine.add(_ids(3, 44), max_new_tokens=4, temperature=0.8, seed=5, stop=())
+            if not engine.has_work():
+                return steps, ahead
+            steps.append({r: (p.tokens, p.finished) for r, p in engine.step().items()})
+            ahead += engine._ahead is not None
+
+    first, _ = run(False, ())
+    stop = [t for step in first for t in step.get(0, ([], None))[0]][3]  # the first request's 4th token
+    plain, none = run(False, (stop,))
+    got, ahead = run(True, (stop,))
+    assert none == 0 and ahead >= 3
+    assert got == plain
+    assert [p[0][1] for p in plain if 0 in p][-1] == "stop"
 
 
 @pytest.mark.parametrize("name", ["ds-sparse", "oss-base"])
@@ -296,25 +329,42 @@ def test_logprobs_are_the_log_softmax_of_the_rows(artifact):
         engine.add([1, 2], logprobs=21)
 
 
-def test_step_caller_matches_the_synchronous_entry_point(artifact):
-    """runtime/step_call.py (the `$async` entry point, inputs through one pinned staging buffer,
-    results read back by one copy) gives what `iree.runtime`'s synchronous call gives: the same
-    logits and next token, the same state; and an input larger than the buffers it sized is
-    refused with the numbers."""
-    from day0.runtime.step_call import StepCaller
+def test_paged_caller_matches_the_synchronous_entry_point(artifact):
+    """runtime/step_call.py's PagedCaller (the `$async` entry point, inputs through a pinned
+    staging buffer, logits and next tokens written into its buffers and read back by one copy)
+    gives what `iree.runtime`'s synchronous call gives: the same logits, next token and state; a
+    call whose ids point into an earlier call's next tokens (`prev`, submitted before that call is
+    read) reads them on the device; an input larger than the buffers it sized is refused with
+    the numbers."""
+    from day0.runtime.step_call import PagedCaller
 
     engine = Engine.load(artifact("ds-sparse"))
     vm, state = engine._vm, engine._state
+    vocab, most = engine.vocab_size, max(engine.layout.batch_sizes)
     ids, pos = np.array(_ids(6, 3), dtype=np.int64), np.arange(6, dtype=np.int64)
     table, slot = np.array([[1]], dtype=np.int64), np.array([1], dtype=np.int64)
     copies = [vm.to_device(np.array(s.to_host(), copy=True)) for s in state]
-    ref = vm.function("paged_prefill")(ids, pos, table, slot, *copies)
-    caller = StepCaller(vm, [8, 8, 4, 2])
-    (logits, nxt), new_state = caller("paged_prefill", [ids, pos, table, slot], state, (0, 1))
-    np.testing.assert_array_equal(logits, ref[0].to_host())
-    np.testing.assert_array_equal(nxt, ref[1].to_host())
-    assert len(new_state) == len(ref) - 2
-    for a, b in zip(new_state, ref[2:]):
+    prev = np.zeros(most, np.int64)
+    logits_out, next_out = np.zeros((6, vocab), np.float32), np.zeros(1, np.int64)
+    want_logits, want_next = vm.to_device(logits_out), vm.to_device(next_out)
+    ref = vm.function("paged_prefill")(ids, pos, table, slot, prev, want_logits, want_next, *copies)
+    caller = PagedCaller(vm, [8, 8, 4, 2], most, vocab)
+    first, state = caller.submit("paged_prefill", [ids, pos, table, slot], state, 6, True)
+    # the next position, its token taken from the first call's next token on the device
+    second, state = caller.submit(
+        "paged_prefill", [np.array([-1, 5]), np.arange(6, 8), table, slot], state, 2, True, first
+    )
+    logits, nxt = caller.finish(first)
+    np.testing.assert_array_equal(logits, want_logits.to_host())
+    np.testing.assert_array_equal(nxt, want_next.to_host())
+    assert len(state) == len(ref)
+    want_logits2, want_next2 = vm.to_device(np.zeros((2, vocab), np.float32)), vm.to_device(next_out)
+    ids2 = np.array([nxt[0], 5])
+    ref = vm.function("paged_prefill")(ids2, np.arange(6, 8), table, slot, prev, want_logits2, want_next2, *ref)
+    logits2, nxt2 = caller.finish(second)
+    np.testing.assert_array_equal(logits2, want_logits2.to_host())
+    np.testing.assert_array_equal(nxt2, want_next2.to_host())
+    for a, b in zip(state, ref):
         np.testing.assert_array_equal(np.asarray(a.to_host()), np.asarray(b.to_host()))
     with pytest.raises(ValueError, match="an input of 9 elements exceeds the 8"):
-        caller("paged_prefill", [np.zeros(9, np.int64), pos, table, slot], new_state, (1,))
+        caller.submit("paged_prefill", [np.zeros(9, np.int64), pos, table, slot], state, 9, False)

@@ -42,14 +42,62 @@ def _profile(fn):
     rows = sorted(
         ({"kernel": n, "launches": c, "us": round(us, 1)} for n, (c, us) in kernels.items()), key=lambda r: -r["us"]
     )
+    host = [
+        (e.time_range.start, e.time_range.end, e.name)
+        for e in prof.events()
+        if e.device_type != torch.autograd.DeviceType.CUDA and e.name.startswith("day0.")
+    ]
     return {
         "wall_ms": round(wall * 1e3, 2),
+        "timeline": _timeline(spans, host),
         "launches": sum(r["launches"] for r in rows),
         "device_ms": round(sum(r["us"] for r in rows) / 1e3, 2),
         **_busy([(a, b) for a, b, _ in spans]),
         "idle_after": _idle_after(spans),
         "kernels": rows,
     }
+
+
+def _timeline(spans, host) -> list[str]:
+    """The profile as lines in time order (µs from its first event): the host's day0 ranges
+    (`_traced`) and the GPU's runs of back-to-back kernels (gaps under 3 µs merged)."""
+    lines, run, t0 = [], None, min([a for a, _, _ in spans + host], default=0)
+    for a, b, name in sorted(spans):
+        if run and a - run[1] < 3:
+            run[1], run[2] = max(run[1], b), run[2] + 1
+            continue
+        if run:
+            lines.append((run[0], f"gpu  {run[0] - t0:10.1f} {run[1] - t0:10.1f}  {run[2]} kernels from {run[3][:50]}"))
+        run = [a, b, 1, name]
+    if run:
+        lines.append((run[0], f"gpu  {run[0] - t0:10.1f} {run[1] - t0:10.1f}  {run[2]} kernels from {run[3][:50]}"))
+    lines += [(a, f"host {a - t0:10.1f} {b - t0:10.1f}  {name}") for a, b, name in host]
+    return [text for _, text in sorted(lines)]
+
+
+def _traced():
+    """Wrap the Engine's host phases in torch.profiler ranges named `day0.<phase>` (the profile's
+    timeline): the step, its decode submissions and reads, the module invocations."""
+    import functools
+
+    import torch
+
+    from day0.runtime.engine import Engine
+    from day0.runtime.step_call import PagedCaller
+    from day0.runtime.vm import VmModule
+
+    def wrap(cls, name):
+        fn = getattr(cls, name)
+
+        @functools.wraps(fn)
+        def traced(*args, **kwargs):
+            with torch.profiler.record_function(f"day0.{cls.__name__}.{name}"):
+                return fn(*args, **kwargs)
+
+        setattr(cls, name, traced)
+
+    for cls, name in ((Engine, "step"), (PagedCaller, "submit"), (PagedCaller, "finish"), (VmModule, "invoke")):
+        wrap(cls, name)
 
 
 def _idle_after(spans, top: int = 12) -> list[dict]:
@@ -115,7 +163,14 @@ def run(artifact: Path, checkpoint: Path | None, prompt: int, steps: int, device
 
 
 def run_engine(
-    artifact: Path, checkpoint: Path | None, prompt: int, steps: int, device: str, top: int, batches: list[int]
+    artifact: Path,
+    checkpoint: Path | None,
+    prompt: int,
+    steps: int,
+    device: str,
+    top: int,
+    batches: list[int],
+    lookahead: bool = True,
 ) -> dict:
     """Profiles of `steps` Engine steps at each of `batches` running sequences (module docstring)."""
     import numpy as np
@@ -137,6 +192,7 @@ def run_engine(
         chunk=512,
         num_blocks=most * -(-(prompt + new_tokens) // block) + 1,
         max_running=most,
+        lookahead=lookahead,
     )
     rng = np.random.default_rng(0)
     # one prompt chunk of one sequence alone (`paged_prefill`, 512 tokens), then let it go
@@ -170,6 +226,7 @@ def run_engine(
         print(f"  GPU idle a step, by the kernel it follows ({r['span_ms'] - r['busy_ms']:.2f} ms in all):")
         for k in r["idle_after"]:
             print(f"  {k['us'] / steps:>10.1f} µs {k['gaps'] / steps:>6.1f}  {k['kernel'][:90]}")
+    eng.close()
     return out
 
 
@@ -183,11 +240,15 @@ def main(argv=None) -> int:
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--json", default=None)
     p.add_argument("--engine", default=None, help="comma-separated numbers of running sequences")
+    p.add_argument("--no-lookahead", action="store_true", help="the Engine runs each step to its end")
+    p.add_argument("--trace", action="store_true", help="time the Engine's host phases too (the json's timeline)")
     a = p.parse_args(argv)
     ckpt = Path(a.checkpoint) if a.checkpoint else None
+    if a.trace:
+        _traced()
     if a.engine:
         batches = [int(b) for b in a.engine.split(",")]
-        res = run_engine(Path(a.artifact), ckpt, a.prompt, a.steps, a.device, a.top, batches)
+        res = run_engine(Path(a.artifact), ckpt, a.prompt, a.steps, a.device, a.top, batches, not a.no_lookahead)
     else:
         res = run(Path(a.artifact), ckpt, a.prompt, a.steps, a.device, a.top)
     if a.json:
