@@ -127,6 +127,8 @@ def _progress_printer(stream=sys.stderr) -> Callable[[str, str], None]:
         if event == "start":
             started[stage] = time.perf_counter()
             print(f"[{i}/{len(STAGES)}] {stage} ...", file=stream, flush=True)
+        elif event != "done":  # a note on the way
+            print(f"[{i}/{len(STAGES)}] {stage}: {event}", file=stream, flush=True)
         else:
             print(
                 f"[{i}/{len(STAGES)}] {stage} done in {time.perf_counter() - started[stage]:.1f} s",
@@ -151,7 +153,6 @@ def compile_checkpoint(
 
     from day0.frontend.export import entry_points, export_model
     from day0.frontend.ir import MLIRError, new_context, parse_module
-    from day0.lowering.compile import compile_mlir
     from day0.lowering.targets import DsaShape, get_target
     from day0.models.checkpoint import TORCH_DTYPES, Checkpoint
     from day0.models.mxfp4 import check_checkpoint_scales
@@ -217,14 +218,7 @@ def compile_checkpoint(
         progress("passes", "done")
 
         progress("compile", "start")
-        result = compile_mlir(
-            lowered,
-            options.target,
-            tmp / VMFB,
-            extra_flags=(*target.artifact_flags, *options.extra_flags),
-            dump_dir=stages / "iree" if stages else None,
-            repro_dir=out_dir.parent / f"{out_dir.name}.repro",
-        )
+        result = _compile_artifact(lowered, target, options, tmp / VMFB, stages, out_dir, progress)
         progress("compile", "done")
 
         progress("publish", "start")
@@ -278,6 +272,36 @@ def paged_export(model, options: BuildOptions):
         )
     sizes = tuple(b for b in BATCH_SIZES if b < options.max_batch) + (options.max_batch,)
     return PagedExport(options.block_size, sizes, prefill_chunk(model, options))
+
+
+def _compile_artifact(lowered: str, target, options: BuildOptions, vmfb: Path, stages, out_dir: Path, progress):
+    """iree-compile the lowered module, with the target's artifact flags (lowering/targets.py).
+    Those change the ABI, not the results, and IREE 3.13 rejects them for some modules (caller
+    transients where a dynamic-length prefill runs a while loop: KDA's chunk loop, "operand #0
+    does not dominate this use"): then the module is compiled without them (the runtime reads
+    which ABI each entry point has from the module), and the manifest's flags say which."""
+    from day0.lowering.compile import compile_mlir
+    from day0.lowering.iree_tool import CompileError
+
+    dump = stages / "iree" if stages else None
+    repro = out_dir.parent / f"{out_dir.name}.repro"
+    if target.artifact_flags:
+        first = Path(str(vmfb) + ".repro")
+        try:
+            return compile_mlir(
+                lowered,
+                options.target,
+                vmfb,
+                extra_flags=(*target.artifact_flags, *options.extra_flags),
+                dump_dir=dump,
+                repro_dir=first,
+            )
+        except CompileError as e:
+            why = e.first_error.split("error: ", 1)[-1][:160]  # (the location is in the repro, removed)
+            progress("compile", f"again without {' '.join(target.artifact_flags)} (iree-compile: {why})")
+        finally:
+            shutil.rmtree(first, ignore_errors=True)
+    return compile_mlir(lowered, options.target, vmfb, extra_flags=options.extra_flags, dump_dir=dump, repro_dir=repro)
 
 
 def paged_entry_points(paged) -> dict:

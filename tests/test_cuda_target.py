@@ -22,7 +22,10 @@ def test_demo_model_compiles_for_sm90(tmp_path):
     assert entries.keys() == {"prefill", "decode", "prefill_first", "prefill_chunk"}
     assert entries["prefill_chunk"]["static_len"] == 128  # the target's 512, capped at max_seq_len
     assert "--iree-opt-level=O3" in manifest.compile_flags
+    # every entry point takes its transients from the caller (runtime/step_call.py)
+    assert "--iree-torch-externalize-transients" in manifest.compile_flags
     vmfb = (out / "model.vmfb").read_bytes()
+    assert b"prefill$async_transients_size" in vmfb
     assert b".target sm_90" in vmfb  # PTX for Hopper, not a fallback arch
     # the top-k, the DSA attention and the indexer scores run day0's kernels on CUDA
     for kernel in (
@@ -57,12 +60,25 @@ def test_mxfp4_checkpoints_compile_for_sm90_with_the_mxfp4_kernels(checkpoint, t
 @pytest.mark.parametrize("name", ["kl-base", "glm-base"])
 def test_kda_models_compile_for_sm90(checkpoint, tmp_path, name):
     """KDA's chunk loop (a while loop over whole chunks) and glm5_next's k-pool DSA layers compile
-    for CUDA; models with a recurrent state get no static prefill chunk (lowering/driver.py)."""
+    for CUDA; models with a recurrent state get no static prefill chunk (lowering/driver.py).
+    IREE 3.13 rejects caller transients for that loop's dynamic-length prefill: the driver says so
+    and compiles without them (the manifest's flags and the module agree), leaving no repro."""
     from day0.lowering.driver import BuildOptions, compile_checkpoint
 
+    notes = []
     manifest = compile_checkpoint(
-        checkpoint(name), tmp_path / "a", BuildOptions(target="cuda-sm90", max_seq_len=96), progress=lambda *a: None
+        checkpoint(name),
+        tmp_path / "a",
+        BuildOptions(target="cuda-sm90", max_seq_len=96),
+        progress=lambda stage, event: notes.append((stage, event)),
     )
+    again = [
+        e for s, e in notes if s == "compile" and e.startswith("again without --iree-torch-externalize-transients")
+    ]
+    assert len(again) == 1 and "does not dominate" in again[0]
+    assert "--iree-torch-externalize-transients" not in manifest.compile_flags
+    assert b"transients_size" not in (tmp_path / "a" / "model.vmfb").read_bytes()
+    assert not [p for p in tmp_path.iterdir() if "repro" in p.name]  # none of the first attempt
     assert "prefill_chunk" not in manifest.entry_points
     assert {s.kind for s in manifest.state} >= {"kda_state", "conv_tail"}
     vmfb = (tmp_path / "a" / "model.vmfb").read_bytes()
