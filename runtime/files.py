@@ -1,8 +1,11 @@
 """Size + sha256 records of files an artifact depends on (its vmfb, the checkpoint's shards), and
-their verification. Torch-free: the runtime loads artifacts without importing PyTorch."""
+their verification; directories written atomically. Torch-free: the runtime loads artifacts without importing PyTorch."""
 
+import contextlib
 import hashlib
 import os
+import shutil
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -79,3 +82,20 @@ def make_readable(path: Path) -> None:
     path.chmod(0o777 & ~umask)
     for f in path.iterdir():
         f.chmod(0o666 & ~umask)
+
+
+@contextlib.contextmanager
+def writing_dir(out: Path):
+    """Build directory `out` atomically: yields a temporary sibling to fill; when the block ends
+    without an error it replaces `out` (made readable as the umask allows), else it is removed."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        yield tmp
+        make_readable(tmp)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -127,3 +127,20 @@ def test_training_steps_lower_the_loss_and_restore_the_selection(monkeypatch):
     assert not model.training and len(logged) == 30
     with pytest.raises(ValueError, match="vocab_size must be > 258"):
         train_tokenizer(["x"], 258)
+
+
+def test_a_directory_is_written_whole_or_not_at_all(tmp_path):
+    from day0.runtime.files import writing_dir
+
+    out = tmp_path / "ckpt"
+    with pytest.raises(RuntimeError, match="interrupted"):
+        with writing_dir(out) as tmp:
+            (tmp / "config.json").write_text("{}")
+            raise RuntimeError("interrupted")
+    assert list(tmp_path.iterdir()) == []  # no half-written directory, no temporary left
+    with writing_dir(out) as tmp:
+        (tmp / "config.json").write_text("{}")
+    with writing_dir(out) as tmp:  # a second write replaces the first
+        (tmp / "model.safetensors").write_bytes(b"x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+    assert sorted(p.name for p in out.iterdir()) == ["model.safetensors"]

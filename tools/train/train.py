@@ -23,16 +23,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from day0.runtime.files import writing_dir
 from day0.tools.train.corpus import documents, fingerprint, split
 from day0.tools.train.indexer_loss import IndexerLoss
 from day0.tools.train.tokenizer import save_tokenizer, train_tokenizer
@@ -167,10 +165,7 @@ def build(out: Path, steps: int, dense_steps: int, seed: int, log=print) -> Path
     held = token_stream(tokenizer, held_out)
     ppl = perplexity(model, held)
     log(f"held-out perplexity {ppl:.3f} ({held.size} tokens)")
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with writing_dir(Path(out)) as tmp:
         model.config._attn_implementation = "eager"
         model.save_pretrained(tmp)
         save_tokenizer(tokenizer, tmp)
@@ -188,19 +183,14 @@ def build(out: Path, steps: int, dense_steps: int, seed: int, log=print) -> Path
             "log": history,
         }
         (tmp / "training.json").write_text(json.dumps(record, indent=1) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="day0-train-default-model")
     p.add_argument("out")
-    p.add_argument("--steps", type=int, default=1200)
-    p.add_argument("--dense-steps", type=int, default=200)
+    p.add_argument("--steps", type=int, default=1500)
+    p.add_argument("--dense-steps", type=int, default=250)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     build(Path(a.out), a.steps, a.dense_steps, a.seed)
