@@ -133,10 +133,9 @@ def test_a_directory_is_written_whole_or_not_at_all(tmp_path):
     from day0.runtime.files import writing_dir
 
     out = tmp_path / "ckpt"
-    with pytest.raises(RuntimeError, match="interrupted"):
-        with writing_dir(out) as tmp:
-            (tmp / "config.json").write_text("{}")
-            raise RuntimeError("interrupted")
+    with pytest.raises(RuntimeError, match="interrupted"), writing_dir(out) as tmp:
+        (tmp / "config.json").write_text("{}")
+        raise RuntimeError("interrupted")
     assert list(tmp_path.iterdir()) == []  # no half-written directory, no temporary left
     with writing_dir(out) as tmp:
         (tmp / "config.json").write_text("{}")

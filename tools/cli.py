@@ -177,24 +177,29 @@ def cmd_inspect(a) -> int:
 
 
 def cmd_demo(a) -> int:
-    """Create the built-in demo checkpoint (seeded), compile it, generate from a text prompt."""
+    """Compile the default model (tools/checkpoints/default.py: trained on the standard library's
+    docstrings) and continue a few prompts with it, greedily."""
     from day0.lowering.driver import BuildOptions, compile_checkpoint
     from day0.runtime.session import Session
     from day0.runtime.tokenizer import load_tokenizer
-    from day0.tools.checkpoints.demo import ensure_demo_checkpoint
+    from day0.tools.checkpoints.default import default_checkpoint
 
     work = Path(a.workdir)
-    ckpt = ensure_demo_checkpoint(work / "checkpoint")
+    ckpt = default_checkpoint()
     artifact = work / "artifact"
     print(f"checkpoint: {ckpt}")
     compile_checkpoint(ckpt, artifact, BuildOptions(max_seq_len=256))
     session = Session.load(artifact)
     tok = load_tokenizer(artifact)
-    prompt = "Day-0 adaptation: "
-    new = session.generate(tok.encode(prompt), max_new_tokens=24, temperature=0.0, stop_at_eos=False)
-    print(f"artifact: {artifact}\nprompt ids: {tok.encode(prompt)}\ngenerated ids: {new}")
-    print(f"text: {prompt + tok.decode(new)!r}")
+    print(f"artifact: {artifact}")
+    for prompt in DEMO_PROMPTS:
+        session.reset()
+        new = session.generate(tok.encode(prompt), max_new_tokens=32, temperature=0.0, stop_at_eos=True)
+        print(f"\n{prompt}{tok.decode(new)}")
     return 0
+
+
+DEMO_PROMPTS = ("Return the number of", "This module provides", "If the file does not exist,")
 
 
 def cmd_serve(a) -> int:

@@ -53,9 +53,19 @@ def perplexity(logits_of, stream: np.ndarray, window: int = WINDOW) -> float:
 
 
 def transformers_logits(checkpoint: Path):
+    """transformers' logits; a checkpoint with MXFP4 experts is read dequantized (exact in f32:
+    transformers needs the compressed-tensors package for it, which day0 does not install)."""
+    import json
+    import tempfile
+
     import transformers
 
-    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, torch_dtype=torch.float32)
+    from day0.models.quantize import dequantize_checkpoint
+
+    with tempfile.TemporaryDirectory(prefix="day0-dequantized-") as work:
+        if "quantization_config" in json.loads((Path(checkpoint) / "config.json").read_text()):
+            checkpoint = dequantize_checkpoint(checkpoint, Path(work) / "checkpoint")
+        model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
     model.eval()
 
     @torch.no_grad()
