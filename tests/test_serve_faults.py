@@ -203,6 +203,8 @@ def test_health_is_503_until_the_warm_up_ran(demo_engine_artifact, tmp_path):
         deadline = time.monotonic() + WAIT_S * 4
         while time.monotonic() < deadline and 200 not in seen:
             try:
+                # the gauge first: ready never goes back to 0, so a 503 after it means it read 0
+                ready = s.metrics()["day0_ready"]
                 status, raw, _ = get(s.url + "/health", timeout=5)
             except OSError:  # not listening yet
                 time.sleep(0.05)
@@ -210,7 +212,7 @@ def test_health_is_503_until_the_warm_up_ran(demo_engine_artifact, tmp_path):
             seen.append(status)
             if status == 503:
                 assert json.loads(raw) == {"status": "warming up"}
-                assert s.metrics()["day0_ready"] == 0
+                assert ready == 0
                 if early is None:
                     early = threading.Thread(
                         target=lambda: seen.append(
