@@ -84,17 +84,18 @@ def reference(workdir):
 
 @pytest.fixture(scope="session")
 def demo_cli(workdir):
-    """The demo checkpoint compiled once through the CLI, as a user would: `day0 compile CKPT -o ART
-    --max-seq-len 128 --max-batch 4 --dump-stages` (dense and paged entry points, batched decode
-    for up to 4 sequences). (checkpoint, artifact, the compile's CompletedProcess); test_cli reads
-    its output and stages, the server tests serve it."""
+    """The default model (tools/checkpoints/default.py, what `make demo` runs) compiled once through
+    the CLI, as a user would: `day0 compile CKPT -o ART --max-seq-len 128 --max-batch 4
+    --dump-stages` (dense and paged entry points, batched decode for up to 4 sequences).
+    (checkpoint, artifact, the compile's CompletedProcess); test_cli reads its output and stages,
+    the server tests serve it."""
     import subprocess
 
-    from day0.tools.checkpoints.demo import ensure_demo_checkpoint
+    from day0.tools.checkpoints.default import default_checkpoint
 
     art, log = workdir / "artifact-demo", workdir / "artifact-demo.stderr"
     with once(workdir, art.name):
-        ckpt = ensure_demo_checkpoint(workdir / "demo-checkpoint")
+        ckpt = default_checkpoint()
         if not art.exists():
             day0 = str(Path(sys.executable).parent / "day0")
             args = [day0, "compile", ckpt, "-o", art, "--max-seq-len", "128", "--max-batch", "4", "--dump-stages"]
@@ -106,6 +107,6 @@ def demo_cli(workdir):
 
 @pytest.fixture(scope="session")
 def demo_engine_artifact(demo_cli) -> Path:
-    """The demo artifact (tokenizer and chat template included, 128 positions, batched decode for
-    up to 4 sequences) that `day0 serve` tests run."""
+    """The default model's artifact (tokenizer and chat template included, 128 positions, batched
+    decode for up to 4 sequences) that `day0 serve` tests run."""
     return demo_cli[1]

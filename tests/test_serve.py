@@ -191,7 +191,7 @@ BAD = [
     ({"model": MODEL}, "prompt", "required"),
     ({"model": MODEL, "prompt": "x" * 200}, "prompt", "the model's context is 128"),
     ({"model": MODEL, "prompt": "hi", "max_tokens": 200}, "max_tokens", "max_tokens may be at most"),
-    ({"model": MODEL, "prompt": [1, 999]}, "prompt", "token id 999 is outside the vocabulary [0, 320)"),
+    ({"model": MODEL, "prompt": [1, 9999]}, "prompt", "token id 9999 is outside the vocabulary [0, 2048)"),
     ({"model": MODEL, "prompt": "hi", "temperature": -1}, "temperature", "greater than or equal to 0"),
     ({"model": MODEL, "prompt": "hi", "top_p": 1.5}, "top_p", "less than or equal to 1"),
     ({"model": MODEL, "prompt": "hi", "top_k": -2}, "top_k", "greater than or equal to -1"),
