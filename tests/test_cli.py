@@ -1,5 +1,5 @@
-"""The `day0` command line end to end on the built-in demo model: compile with --dump-stages,
-generate from text and from ids, inspect; and the default model's text path."""
+"""The `day0` command line end to end on the default model: compile with --dump-stages,
+generate from text and from ids, inspect."""
 
 import json
 import subprocess
