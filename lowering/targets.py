@@ -254,11 +254,12 @@ TARGETS: dict[str, Target] = {
     # is the matvec one; a static count gets tiled matmuls.
     # bf16 latent and indexer caches: what the tensor-core attention and indexer kernels read.
     # --iree-torch-externalize-transients (artifacts only): every entry point of an artifact takes
-    #   its transient memory from the caller (runtime/step_call.py). IREE's CUDA driver runs a call's queue_alloca/dealloca on
-    #   the calling thread and waits there for their fences, so an allocating step blocks the host
-    #   until its inputs arrive and again until it ends; with caller transients and the paged
-    #   steps' results written into caller buffers (frontend/export.py, _PagedStep), a paged step
-    #   is one submission and the Engine overlaps the next step's host work with it. (Not on
+    #   its transient memory from the caller (runtime/step_call.py). IREE's CUDA driver runs a
+    #   call's queue_alloca/dealloca on the calling thread and waits there for their fences, so an
+    #   allocating step blocks the host until its inputs arrive and again until it ends; with
+    #   caller transients and the paged steps' results written into caller buffers
+    #   (frontend/export.py, _PagedStep), a paged step is one submission and the Engine overlaps
+    #   the next step's host work with it. (Not on
     #   llvm-cpu: IREE 3.13 rejects it for a dynamic-length prefill there, "explicit execution
     #   regions must only contain explicit ops"; a CPU step has no launch latency to hide.)
     "cuda-sm90": Target(

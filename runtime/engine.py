@@ -440,7 +440,8 @@ class Engine:
         if d.prompt_token or not all(s.greedy for s in live):
             return None
         going_on = [s for s in live if len(s.out) + 1 < s.max_new_tokens]  # the others end by length
-        rows = going_on + [s for s in ready if s not in live]
+        live_ids = {s.id for s in live}
+        rows = going_on + [s for s in ready if s.id not in live_ids]
         if not rows or len(rows) > max(self._decode):
             return None
         return self._submit_decode(rows, ahead_of=d)

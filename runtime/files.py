@@ -1,5 +1,6 @@
 """Size + sha256 records of files an artifact depends on (its vmfb, the checkpoint's shards), and
-their verification; directories written atomically. Torch-free: the runtime loads artifacts without importing PyTorch."""
+their verification; directories written atomically. Torch-free: the runtime loads artifacts
+without importing PyTorch."""
 
 import contextlib
 import hashlib

@@ -132,23 +132,15 @@ class Transients:
         return int(results.get_variant(0))
 
 
-class StepCaller:
-    """Calls entry points of one loaded module (`VmModule`) whose arguments are int64 inputs
-    followed by device state (and, with caller transients, their storage), and whose results are
-    outputs (the logits, the greedy next token when the entry point has it) followed by the
-    state: Session's calls. Synchronous as seen by the caller: when `__call__` returns the step
-    has run, the results are on the host and the input buffers may be rewritten."""
+class _Caller:
+    """What both callers share: the `$async` functions, the int64 inputs staged through a pinned
+    buffer into device buffers (`input_elements[i]`: the most elements input i of any call
+    holds), and an invocation with caller transients and fences."""
 
     def __init__(self, vm, input_elements: Sequence[int]):
-        """`input_elements[i]`: the most elements input i of any call holds."""
         self._vm, self._device = vm, vm.device
         self._sizes = [8 * int(n) for n in input_elements]
         self._offsets = list(itertools.accumulate((_aligned(s) for s in self._sizes), initial=0))
-        self._staging, self._staging_map, self._staged = _pinned(self._device, _BU.TRANSFER_SOURCE, self._offsets[-1])
-        self._inputs = [_device_buffer(self._device, s) for s in self._sizes]
-        self._readback, self._readback_bytes = None, 0
-        self._semaphore = self._device.create_semaphore(0)
-        self._value = 0
         self._functions: dict[str, object] = {}
         self._transients = Transients(vm)
 
@@ -157,6 +149,59 @@ class StepCaller:
         if fn is None:
             fn = self._functions[name] = self._vm.async_function(name)
         return fn
+
+    def _stage(self, name: str, inputs: Sequence[np.ndarray], staging, staged: np.ndarray, buffers: list):
+        """Write `inputs` into the pinned `staging` (its bytes: `staged`) and record their copy
+        into `buffers`: (the ended copy command buffer, a view of each input's shape over its
+        buffer). ValueError, nothing written, when an input exceeds what its buffer was sized for."""
+        arrays = [np.ascontiguousarray(a, dtype=np.int64) for a in inputs]
+        for a, most in zip(arrays, self._sizes):
+            if a.nbytes > most:
+                raise ValueError(
+                    f"{name}: an input of {a.size} elements exceeds the {most // 8} its buffers were sized for"
+                )
+        copy = rt.HalCommandBuffer(self._device)
+        views = []
+        for a, off, buf in zip(arrays, self._offsets, buffers):
+            staged[off : off + a.nbytes] = a.reshape(-1).view(np.uint8)
+            copy.copy(staging, buf, off, 0, a.nbytes)
+            views.append(rt.HalBufferView(buf, list(a.shape), rt.HalElementType.SINT_64))
+        copy.end()
+        return copy, views
+
+    def _invoke(self, name: str, views: list, fences: tuple, results: int):
+        """Invoke entry point `name`'s `$async` function on `views` (then its transient storage,
+        when it takes one, then the wait and signal `fences`): (the result list, the storage or
+        None)."""
+        fn = self._function(name)
+        args = rt.VmVariantList(len(views) + 3)
+        _push(args, views)
+        storage = None
+        if self._transients.takes(fn):
+            storage = self._transients.buffer(name, fn, views, fences)
+            args.push_ref(storage.ref)
+        for f in fences:
+            args.push_ref(f.ref)
+        out = rt.VmVariantList(results)
+        self._vm.invoke(fn, args, out)
+        return out, storage
+
+
+class StepCaller(_Caller):
+    """Calls entry points of one loaded module (`VmModule`) whose arguments are int64 inputs
+    followed by device state (and, with caller transients, their storage), and whose results are
+    outputs (the logits, the greedy next token when the entry point has it) followed by the
+    state: Session's calls. Synchronous as seen by the caller: when `__call__` returns the step
+    has run, the results are on the host and the input buffers may be rewritten."""
+
+    def __init__(self, vm, input_elements: Sequence[int]):
+        """`input_elements[i]`: the most elements input i of any call holds."""
+        super().__init__(vm, input_elements)
+        self._staging, self._staging_map, self._staged = _pinned(self._device, _BU.TRANSFER_SOURCE, self._offsets[-1])
+        self._inputs = [_device_buffer(self._device, s) for s in self._sizes]
+        self._readback, self._readback_bytes = None, 0
+        self._semaphore = self._device.create_semaphore(0)
+        self._value = 0
 
     def _read_buffer(self, nbytes: int) -> np.ndarray:
         """The pinned read-back buffer, grown to `nbytes` (kept for later calls)."""
@@ -174,33 +219,14 @@ class StepCaller:
         """Run entry point `name` on `inputs` (int64 arrays) and `state` (DeviceArrays, consumed
         as by the entry point), whose first `outputs` results precede the state. Returns (host
         copies of the results at indices `read`, the state results as DeviceArrays)."""
-        copy = rt.HalCommandBuffer(self._device)
-        views = []
-        for a, off, buf, most in zip(inputs, self._offsets, self._inputs, self._sizes):
-            a = np.ascontiguousarray(a, dtype=np.int64)
-            if a.nbytes > most:
-                raise ValueError(
-                    f"{name}: an input of {a.size} elements exceeds the {most // 8} its buffers were sized for"
-                )
-            self._staged[off : off + a.nbytes] = a.reshape(-1).view(np.uint8)
-            copy.copy(self._staging, buf, off, 0, a.nbytes)
-            views.append(rt.HalBufferView(buf, list(a.shape), rt.HalElementType.SINT_64))
-        copy.end()
+        copy, views = self._stage(name, inputs, self._staging, self._staged, self._inputs)
         v = self._value
         self._value = v + 3
         self._device.queue_execute(copy, self._fence(v), self._fence(v + 1))
 
-        fn = self._function(name)
         views += [x._buffer_view for x in state]
         fences = (self._fence(v + 1), self._fence(v + 2))
-        args = rt.VmVariantList(len(views) + 3)
-        _push(args, views)
-        if self._transients.takes(fn):
-            args.push_ref(self._transients.buffer(name, fn, views, fences).ref)
-        for f in fences:
-            args.push_ref(f.ref)
-        results = rt.VmVariantList(len(state) + outputs)
-        self._vm.invoke(fn, args, results)
+        results, _ = self._invoke(name, views, fences, len(state) + outputs)
         out = [results.get_as_object(i, rt.HalBufferView) for i in range(len(results))]
 
         # IREE's local (CPU) devices resolve a copy's buffers while recording it, and these
@@ -241,8 +267,8 @@ class _Set:
 
 @dataclass
 class Pending:
-    """A submitted paged call: `finish` it (in submission order) for its results. `next_view` is
-    the device's next tokens as a `prev` argument of a later call."""
+    """A submitted paged call: `finish` it (in submission order) for its results; until then a
+    later call may read its next tokens on the device (`submit`'s `prev`)."""
 
     name: str
     set: _Set
@@ -254,16 +280,14 @@ class Pending:
     done: bool = False
 
 
-class PagedCaller:
+class PagedCaller(_Caller):
     """The Engine's paged entry points (module docstring): (ids, positions, tables, slots, prev,
     logits_out, next_out, *state[, transients]) -> (*state)."""
 
     def __init__(self, vm, input_elements: Sequence[int], most: int, vocab: int):
         """`input_elements`: the most elements of ids, positions, tables, slots any call has;
         `most`: the largest batch (prev's length); `vocab`: the logits' width."""
-        self._vm, self._device = vm, vm.device
-        self._sizes = [8 * int(n) for n in input_elements]
-        self._offsets = list(itertools.accumulate((_aligned(s) for s in self._sizes), initial=0))
+        super().__init__(vm, input_elements)
         self._most, self._vocab = most, vocab
         # Three timelines, each signalled in order: input copies (a copy writes its own buffer set,
         # so it waits for nothing), steps (each waits for its copy and for the step before it:
@@ -273,17 +297,9 @@ class PagedCaller:
         self._backs = self._device.create_semaphore(0)
         self._copy_value = self._step_value = self._back_value = 0
         self._free: list[_Set] = []
-        self._functions: dict[str, object] = {}
-        self._transients = Transients(vm)
         self._no_prev = None
         self._cuda = vm.device_name == "cuda"
         self._unfinished: list[Pending] = []
-
-    def _function(self, name: str):
-        fn = self._functions.get(name)
-        if fn is None:
-            fn = self._functions[name] = self._vm.async_function(name)
-        return fn
 
     def _acquire(self) -> _Set:
         if self._free:
@@ -310,20 +326,11 @@ class PagedCaller:
         back. Returns (the pending call, the state results as DeviceArrays) at once."""
         s = self._acquire()
         p = Pending(name, s, rows, int(np.asarray(inputs[3]).size), logits, 0)
-        buffer, _, staged = s.staging
-        copy = rt.HalCommandBuffer(self._device)
-        views = []
-        for a, off, buf, most in zip(inputs, self._offsets, s.inputs, self._sizes):
-            a = np.ascontiguousarray(a, dtype=np.int64)
-            if a.nbytes > most:
-                self._free.append(s)
-                raise ValueError(
-                    f"{name}: an input of {a.size} elements exceeds the {most // 8} its buffers were sized for"
-                )
-            staged[off : off + a.nbytes] = a.reshape(-1).view(np.uint8)
-            copy.copy(buffer, buf, off, 0, a.nbytes)
-            views.append(rt.HalBufferView(buf, list(a.shape), rt.HalElementType.SINT_64))
-        copy.end()
+        try:
+            copy, views = self._stage(name, inputs, s.staging[0], s.staging[2], s.inputs)
+        except ValueError:
+            self._free.append(s)
+            raise
         if rows > s.logits_rows:
             s.logits_rows = max(rows, 2 * s.logits_rows)
             s.logits = _device_buffer(self._device, 4 * self._vocab * s.logits_rows)
@@ -341,17 +348,9 @@ class PagedCaller:
             # they refuse before its queue_alloca (waiting on this fence) has run: wait here. The
             # order and the results are the same; the host just does not run ahead of a CPU step.
             fences[0].wait()
-        fn = self._function(name)
-        args = rt.VmVariantList(len(views) + 3)
-        _push(args, views)
-        if self._transients.takes(fn):
-            storage = self._transients.buffer(name, fn, views, fences)
+        results, storage = self._invoke(name, views, fences, len(state))
+        if storage is not None:
             p.keep.append(storage)
-            args.push_ref(storage.ref)
-        for f in fences:
-            args.push_ref(f.ref)
-        results = rt.VmVariantList(len(state))
-        self._vm.invoke(fn, args, results)
         out = [rt.DeviceArray(self._device, results.get_as_object(i, rt.HalBufferView)) for i in range(len(results))]
 
         # the read-back: the next tokens, then (when asked) the logits rows

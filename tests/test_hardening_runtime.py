@@ -130,7 +130,9 @@ def test_a_session_refuses_a_second_thread(artifact):
 
 def test_multi_turn_generate_continues_what_the_caller_saw(artifact):
     """The last token generate returns is pending and goes in first on the next turn: two turns
-    give exactly what one prompt holding both turns gives."""
+    give the tokens one prompt holding both turns gives, and its logits to float rounding (a
+    5-token and an 18-token prefill may take different vector paths through the same kernels:
+    on some CPUs they differ in the last bit)."""
     s = Session.load(artifact(NAME))
     first, more = _ids(9, 1), _ids(4, 2)
     out1 = s.generate(first, max_new_tokens=5, stop_at_eos=False)
@@ -143,7 +145,8 @@ def test_multi_turn_generate_continues_what_the_caller_saw(artifact):
     s2.generate(first, max_new_tokens=5, stop_at_eos=False)
     logits = s2.prefill(more)
     assert logits.shape == (len(more), s2.vocab_size)
-    np.testing.assert_array_equal(logits, ref_logits := _prefill_fresh(artifact, first + out1 + more)[-len(more) :])
+    ref_logits = _prefill_fresh(artifact, first + out1 + more)[-len(more) :]
+    np.testing.assert_allclose(logits, ref_logits, rtol=1e-5, atol=1e-6)
     assert ref_logits.shape[0] == len(more)
     s2.reset()
     assert s2.pending is None and s2.position == 0

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import torch
 
+from day0.tools.checkpoints.demo import save_tokenizer
 from day0.tools.train.corpus import MIN_CHARS, documents, fingerprint, split
 from day0.tools.train.indexer_loss import IndexerLoss
-from day0.tools.train.tokenizer import save_tokenizer, train_tokenizer
+from day0.tools.train.tokenizer import train_tokenizer
 
 _DOC = "A docstring long enough to be kept: it says what the function does and why."
 

@@ -61,16 +61,14 @@ def _profile(fn):
 def _timeline(spans, host) -> list[str]:
     """The profile as lines in time order (µs from its first event): the host's day0 ranges
     (`_traced`) and the GPU's runs of back-to-back kernels (gaps under 3 µs merged)."""
-    lines, run, t0 = [], None, min([a for a, _, _ in spans + host], default=0)
+    t0 = min([a for a, _, _ in spans + host], default=0)
+    runs = []  # [start, end, kernels, first kernel's name]
     for a, b, name in sorted(spans):
-        if run and a - run[1] < 3:
-            run[1], run[2] = max(run[1], b), run[2] + 1
-            continue
-        if run:
-            lines.append((run[0], f"gpu  {run[0] - t0:10.1f} {run[1] - t0:10.1f}  {run[2]} kernels from {run[3][:50]}"))
-        run = [a, b, 1, name]
-    if run:
-        lines.append((run[0], f"gpu  {run[0] - t0:10.1f} {run[1] - t0:10.1f}  {run[2]} kernels from {run[3][:50]}"))
+        if runs and a - runs[-1][1] < 3:
+            runs[-1][1], runs[-1][2] = max(runs[-1][1], b), runs[-1][2] + 1
+        else:
+            runs.append([a, b, 1, name])
+    lines = [(a, f"gpu  {a - t0:10.1f} {b - t0:10.1f}  {n} kernels from {name[:50]}") for a, b, n, name in runs]
     lines += [(a, f"host {a - t0:10.1f} {b - t0:10.1f}  {name}") for a, b, name in host]
     return [text for _, text in sorted(lines)]
 

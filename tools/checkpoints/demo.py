@@ -194,8 +194,6 @@ def _bytes_to_unicode() -> list[str]:
 def build_byte_tokenizer(vocab_size: int):
     """Byte-level BPE `tokenizers.Tokenizer`: ids 0..255 = bytes, 256 = <bos>, 257 = <eos>,
     then up to `vocab_size - 258` merges. Encoding adds no special tokens."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
-
     if vocab_size < 258:
         raise ValueError(f"vocab_size must be >= 258 for a byte-level tokenizer, got {vocab_size}")
     byte_chars = _bytes_to_unicode()
@@ -212,6 +210,14 @@ def build_byte_tokenizer(vocab_size: int):
         assert left in vocab and token not in vocab, word
         merges.append((left, right))
         vocab[token] = len(vocab)
+
+    return byte_level_bpe(vocab, merges)
+
+
+def byte_level_bpe(vocab: dict[str, int], merges: list[tuple[str, str]]):
+    """A byte-level BPE `tokenizers.Tokenizer` of `vocab` and `merges` (byte-level characters),
+    <bos> and <eos> its special tokens; encoding adds none."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
@@ -234,9 +240,15 @@ def write_tiny_checkpoint(path, config, seed: int, max_shard_size=None, tokenize
 def write_tokenizer(path, vocab_size: int) -> None:
     """tokenizer.json, tokenizer_config.json (bos/eos) and chat_template.jinja, as transformers'
     save_pretrained writes them for a checkpoint."""
+    save_tokenizer(build_byte_tokenizer(vocab_size), path)
+
+
+def save_tokenizer(tokenizer, path) -> None:
+    """A `tokenizers.Tokenizer` into `path` as transformers' save_pretrained writes it:
+    tokenizer.json, tokenizer_config.json (<bos>/<eos>) and chat_template.jinja (CHAT_TEMPLATE)."""
     from transformers import PreTrainedTokenizerFast
 
-    tok = PreTrainedTokenizerFast(tokenizer_object=build_byte_tokenizer(vocab_size), bos_token=BOS, eos_token=EOS)
+    tok = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token=BOS, eos_token=EOS)
     tok.chat_template = CHAT_TEMPLATE
     tok.save_pretrained(str(path))
 

@@ -20,6 +20,8 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 MIN_CHARS = 40  # shorter docstrings ("Return x.") teach little
 HELD_OUT_EVERY = 20  # one file in 20 is held out
 _SKIP_PARTS = {"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__"}
@@ -80,3 +82,14 @@ def fingerprint(docs: list[Document]) -> dict:
         "characters": sum(len(d.text) for d in docs),
         "sha256": h.hexdigest(),
     }
+
+
+def token_stream(tokenizer, docs: list[Document]) -> np.ndarray:
+    """Every document's ids (a `tokenizers.Tokenizer`) followed by the tokenizer's <eos>,
+    concatenated."""
+    eos = tokenizer.token_to_id("<eos>")
+    ids = []
+    for d in docs:
+        ids.extend(tokenizer.encode(d.text).ids)
+        ids.append(eos)
+    return np.asarray(ids, dtype=np.int64)

@@ -26,8 +26,7 @@ def held_out_stream(checkpoint: Path, tokens: int) -> np.ndarray:
     """The first `tokens` ids of the held-out documents, tokenized by the checkpoint's tokenizer."""
     from tokenizers import Tokenizer
 
-    from day0.tools.train.corpus import documents, split
-    from day0.tools.train.train import token_stream
+    from day0.tools.train.corpus import documents, split, token_stream
 
     tok = Tokenizer.from_file(str(Path(checkpoint) / "tokenizer.json"))
     return token_stream(tok, split(documents())[1])[: tokens + 1]
@@ -66,7 +65,11 @@ def transformers_logits(checkpoint: Path):
         if "quantization_config" in json.loads((Path(checkpoint) / "config.json").read_text()):
             checkpoint = dequantize_checkpoint(checkpoint, Path(work) / "checkpoint")
         model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
-    model.eval()
+    return model_logits(model.eval())
+
+
+def model_logits(model):
+    """`logits_of(ids) -> [len(ids), V]` of a transformers causal LM in memory."""
 
     @torch.no_grad()
     def logits_of(ids):

@@ -2,23 +2,22 @@
 
 Ids 0..255 are the bytes (GPT-2's byte-to-character table, as tools/checkpoints/demo.py's
 tokenizer), 256 = <bos>, 257 = <eos>, then the learned merges up to `vocab_size`: every string
-encodes, and every id decodes. Saved as transformers' save_pretrained writes it (tokenizer.json,
-tokenizer_config.json, chat_template.jinja) with the demo's role-tagged chat template.
+encodes, and every id decodes. `save_tokenizer` (tools/checkpoints/demo.py) writes it as
+transformers' save_pretrained does, with the demo's role-tagged chat template.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from pathlib import Path
 
-from day0.tools.checkpoints.demo import BOS, CHAT_TEMPLATE, EOS, _bytes_to_unicode
+from day0.tools.checkpoints.demo import BOS, EOS, _bytes_to_unicode, byte_level_bpe
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int):
     """A `tokenizers.Tokenizer` of `vocab_size` ids trained on `texts` (deterministic for the
     same texts)."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     if vocab_size <= 258:
         raise ValueError(f"vocab_size must be > 258 (bytes and two specials), got {vocab_size}")
@@ -43,17 +42,4 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int):
     merges = [
         tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in json.loads(tok.to_str())["model"]["merges"]
     ]
-    out = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False))
-    out.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    out.decoder = decoders.ByteLevel()
-    out.add_special_tokens([AddedToken(BOS, special=True), AddedToken(EOS, special=True)])
-    return out
-
-
-def save_tokenizer(tokenizer, path: Path) -> None:
-    """tokenizer.json, tokenizer_config.json (bos/eos) and chat_template.jinja into `path`."""
-    from transformers import PreTrainedTokenizerFast
-
-    tok = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token=BOS, eos_token=EOS)
-    tok.chat_template = CHAT_TEMPLATE
-    tok.save_pretrained(str(path))
+    return byte_level_bpe(vocab, merges)

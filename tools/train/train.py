@@ -31,9 +31,11 @@ import numpy as np
 import torch
 
 from day0.runtime.files import writing_dir
-from day0.tools.train.corpus import documents, fingerprint, split
+from day0.tools.checkpoints.demo import save_tokenizer
+from day0.tools.train.corpus import documents, fingerprint, split, token_stream
+from day0.tools.train.evaluate import model_logits, perplexity
 from day0.tools.train.indexer_loss import IndexerLoss
-from day0.tools.train.tokenizer import save_tokenizer, train_tokenizer
+from day0.tools.train.tokenizer import train_tokenizer
 
 VOCAB = 2048
 WINDOW = 256  # tokens a training sequence
@@ -75,16 +77,6 @@ def model_config(**overrides):
     import transformers
 
     return transformers.DeepseekV32Config(**{**CONFIG, **overrides})
-
-
-def token_stream(tokenizer, docs) -> np.ndarray:
-    """Every document's ids followed by <eos>, concatenated."""
-    eos = CONFIG["eos_token_id"]
-    ids = []
-    for d in docs:
-        ids.extend(tokenizer.encode(d.text).ids)
-        ids.append(eos)
-    return np.asarray(ids, dtype=np.int64)
 
 
 def _lr(step: int, steps: int, peak: float, warmup: int) -> float:
@@ -137,20 +129,6 @@ def train_model(
     return history
 
 
-@torch.no_grad()
-def perplexity(model, stream: np.ndarray, window: int = WINDOW) -> float:
-    """exp of the mean next-token loss over `stream` in consecutive windows."""
-    total, count = 0.0, 0
-    for s in range(0, stream.size - 1, window):
-        chunk = torch.from_numpy(stream[s : s + window + 1])[None]
-        if chunk.shape[1] < 2:
-            break
-        logits = model(input_ids=chunk[:, :-1]).logits
-        loss = torch.nn.functional.cross_entropy(logits[0].float(), chunk[0, 1:], reduction="sum")
-        total, count = total + loss.item(), count + chunk.shape[1] - 1
-    return math.exp(total / count)
-
-
 def build(out: Path, steps: int, dense_steps: int, seed: int, log=print) -> Path:
     """Train from scratch and write the checkpoint directory `out` (module docstring)."""
     import transformers
@@ -163,7 +141,7 @@ def build(out: Path, steps: int, dense_steps: int, seed: int, log=print) -> Path
     model = transformers.DeepseekV32ForCausalLM(model_config(attn_implementation="eager"))
     history = train_model(model, stream, steps, dense_steps, seed, log=log)
     held = token_stream(tokenizer, held_out)
-    ppl = perplexity(model, held)
+    ppl = perplexity(model_logits(model), held)
     log(f"held-out perplexity {ppl:.3f} ({held.size} tokens)")
     with writing_dir(Path(out)) as tmp:
         model.config._attn_implementation = "eager"
