@@ -56,6 +56,9 @@ class CausalLM(nn.Module):
     supports_bf16_cache: bool = False
     # checkpoint tensors the model never reads (globs or regexes, Checkpoint.check_expected)
     unused_tensors: tuple[str, ...] = ()
+    # step and step_paged take `features` / `feature_rows`: rows whose input is a given vector (an
+    # image's features from the vision tower) instead of the token's embedding (`mix_features`)
+    takes_image_features: bool = False
 
     def selection_width(self) -> int | None:
         """K, the number of positions the DSA indexer selects per query (None: no DSA op)."""
@@ -146,6 +149,8 @@ class CausalLM(nn.Module):
         block: int,
         batched: bool = False,
         last: bool = False,
+        features: Tensor | None = None,
+        feature_rows: Tensor | None = None,
     ) -> tuple[Tensor, ...]:
         """Run ids [S] at `positions` [S] over paged state (paged_state: the pools, then the slot
         tensors), through block tables [G, nb] and state slots [G]: G = 1, the tokens of one
@@ -153,7 +158,8 @@ class CausalLM(nn.Module):
         A sequence at position 0 starts from empty per-sequence state, whatever its slot held.
         batched: a decode step (paged_view), which G > 1 implies. Returns (logits [S, V], *pools, *slot
         tensors); with `last`, logits [1, V] of the last row only (a prompt chunk whose other rows
-        nobody reads: the LM head is a large part of a chunk's work)."""
+        nobody reads: the LM head is a large part of a chunk's work). `features` [N, hidden] and
+        `feature_rows` [S] (models with takes_image_features; a prompt chunk): see mix_features."""
         specs = self.state_specs()
         per_sequence = [s.kind in SEQUENCE_KINDS for s in specs]
         pools, slotted = list(state[: per_sequence.count(False)]), list(state[per_sequence.count(False) :])
@@ -167,7 +173,8 @@ class CausalLM(nn.Module):
             held = next(taken_slots).index_select(0, slots)  # [G, *shape]
             held = torch.where(fresh.view(-1, *[1] * (held.dim() - 1)), torch.zeros_like(held), held)
             rows.append(held[0] if one else held)
-        logits, *new = self._run(ids, paged_view(positions, tables, block, batched), rows, last=last)
+        mm = {} if features is None and feature_rows is None else {"features": features, "feature_rows": feature_rows}
+        logits, *new = self._run(ids, paged_view(positions, tables, block, batched), rows, last=last, **mm)
         out_pools = [t for t, is_seq in zip(new, per_sequence) if not is_seq]
         out_slots = [
             full.index_copy(0, slots, t[None] if one else t)
@@ -177,8 +184,51 @@ class CausalLM(nn.Module):
 
     def _run(self, ids: Tensor, view: CacheView, state: list[Tensor], last: bool = False) -> tuple[Tensor, ...]:
         """ids [S] over `state` (state_specs order) addressed through `view` -> (logits [S, V], *state);
-        `last`: logits [1, V] of the last row only."""
+        `last`: logits [1, V] of the last row only. A model with takes_image_features also takes
+        `features` and `feature_rows` (keywords, both or neither) and applies mix_features to the
+        embeddings."""
         raise NotImplementedError
+
+    def mix_features(self, x: Tensor, features: Tensor | None, feature_rows: Tensor | None) -> Tensor:
+        """The input rows [S, hidden] of a step: the token embeddings `x` [S, hidden] f32, where
+        feature_rows[s] >= 0 replaced by features[feature_rows[s]] (f32). features [N, hidden]: the
+        vision tower's output for the images of a prompt, in placeholder order; feature_rows [S]
+        i64: -1 for a token row, else the feature row that replaces it (the k-th image placeholder
+        of the prompt takes row k: runtime/images.image_feature_rows). This is transformers'
+        masked_scatter of the image features over the placeholder embeddings, in a form with no
+        data-dependent shape or control flow: one gather from [zero row, *features] and a select.
+        A prompt prefilled in pieces (turns, chunks, where an image may straddle a boundary) gives
+        every piece the same `features` and its own slice of the prompt's feature_rows. Neither
+        given: `x` itself (the text-only graph). Shapes are checked; eagerly (not while tracing)
+        so are the row indices, ValueError naming the first bad one. Traced, they are clamped into
+        [-1, N - 1] (no gather leaves its tensor, whatever the host lets through)."""
+        if features is None and feature_rows is None:
+            return x
+        name = type(self).__name__
+        if not self.takes_image_features:
+            raise ValueError(f"{name} takes no image features (text only)")
+        if features is None or feature_rows is None:
+            raise ValueError("features and feature_rows go together: give both or neither")
+        hidden = x.shape[-1]
+        if features.dim() != 2 or features.shape[1] != hidden:
+            raise ValueError(f"features must be [N, {hidden}] (one row per image token), got {tuple(features.shape)}")
+        if tuple(feature_rows.shape) != tuple(x.shape[:1]) or feature_rows.dtype != torch.int64:
+            raise ValueError(
+                f"feature_rows must be int64 [{x.shape[0]}] (one per token), got {feature_rows.dtype} "
+                f"{tuple(feature_rows.shape)}"
+            )
+        n = features.shape[0]
+        if not torch.compiler.is_compiling():
+            bad = ((feature_rows < -1) | (feature_rows >= n)).nonzero()
+            if bad.numel():
+                s = int(bad[0, 0])
+                raise ValueError(
+                    f"feature_rows[{s}] = {int(feature_rows[s])}: neither -1 (a token row) nor a row of "
+                    f"the {n} feature rows given"
+                )
+        rows = feature_rows.clamp(-1, n - 1)
+        table = torch.cat([x.new_zeros(1, hidden), features.float()])  # row 0: no feature
+        return torch.where((rows >= 0)[:, None], table.index_select(0, rows + 1), x)
 
     def rope_at(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         """cos, sin [S, rope_dim/2] at positions [S]."""

@@ -7,10 +7,16 @@ The module tree mirrors the checkpoint's tensor names as transformers' Glm5NextF
 saves them: `model.language_model.layers.{i}.self_attn.*` (KDA: q/k/v_conv1d, f_a_proj, A_log [H], ...;
 MLA: q_a_proj, kv_a_proj_with_mqa, ..., indexer.*), `...layers.{i}.mlp.*` (experts.{e}.gate_proj...),
 `...layers.{i}.hc_{attn,ffn}_{fn,base,scale}`, `model.language_model.{embed_tokens,norm}`, `lm_head`.
-The vision tower (`model.visual.*`) is not read: text-only.
+The vision tower (`model.visual.*`) is not read here: models/vision.py is that model.
 
 State is explicit, in layer order, one functional entry point for prefill and decode:
     step(ids [S] i64, start [1] i64, *state) -> (logits [S, V] f32, *state)
+A prompt with images also passes the vision tower's features and which rows they replace:
+    step(ids, start, *state, features=[N, hidden] f32, feature_rows=[S] i64) (and step_paged's
+    same keywords): row s takes features[feature_rows[s]] instead of its token's embedding where
+    feature_rows[s] >= 0 (the image placeholders; CausalLM.mix_features). Positions are the
+    ordinary ones (transformers' glm5_next has no multimodal rope: its DSA layers are NoPE and KDA
+    has no positions).
 a KDA layer holds its conv tail [3·H·K, kernel-1] ("conv_tail") and recurrent state [H, K, K]
 ("kda_state"); a DSA layer its latent cache [T, kv_lora_rank] ("mla_latent"), and when its indexer
 is "full" the indexer's token rows [T, 2·d_I] ("indexer_keys") and pooled keys
@@ -263,7 +269,8 @@ class Glm5Next(CausalLM):
     """The causal LM (text). Build it with `Glm5Next.empty(cfg, max_seq_len)` and fill the weights
     from a checkpoint; `step` is the functional entry point for both prefill and decode."""
 
-    unused_tensors = (r"model\.visual\..*",)  # the vision tower: text-only
+    unused_tensors = (r"model\.visual\..*",)  # the vision tower: models/vision.py
+    takes_image_features = True
 
     def __init__(self, cfg, max_seq_len: int, cache_dtype: str = "float32"):
         super().__init__(cfg, max_seq_len, cache_dtype)
@@ -315,18 +322,37 @@ class Glm5Next(CausalLM):
     def positions_per_row(self, spec: StateTensor) -> int:
         return self.cfg.index_kpool if spec.kind == "indexer_pools" else 1
 
-    def step(self, ids: Tensor, start: Tensor, *state: Tensor, trace: list | None = None) -> tuple[Tensor, ...]:
+    def step(
+        self,
+        ids: Tensor,
+        start: Tensor,
+        *state: Tensor,
+        features: Tensor | None = None,
+        feature_rows: Tensor | None = None,
+        trace: list | None = None,
+    ) -> tuple[Tensor, ...]:
         """Run ids [S] at positions start..start+S-1 over the state; returns (logits [S, V], *state).
-        trace: a list that receives (layer, selection) for every DSA layer (tests)."""
+        features [N, hidden], feature_rows [S]: image features replacing the placeholder rows'
+        embeddings (a prefill; mix_features). trace: a list that receives (layer, selection) for
+        every DSA layer (tests)."""
         positions = start + torch.arange(ids.shape[0], dtype=torch.int64)  # [S]
-        return self._run(ids, dense_view(positions, self.max_seq_len), state, trace)
+        view = dense_view(positions, self.max_seq_len)
+        return self._run(ids, view, state, trace, features=features, feature_rows=feature_rows)
 
     def _run(
-        self, ids: Tensor, view: CacheView, state, trace: list | None = None, last: bool = False
+        self,
+        ids: Tensor,
+        view: CacheView,
+        state,
+        trace: list | None = None,
+        last: bool = False,
+        features: Tensor | None = None,
+        feature_rows: Tensor | None = None,
     ) -> tuple[Tensor, ...]:
         state = list(state)
         lm = self.model.language_model
         x = lm.embed_tokens.weight.index_select(0, ids).float()  # [S, hidden]
+        x = self.mix_features(x, features, feature_rows)
         h = x[:, None, :].expand(-1, self.cfg.hc_mult, -1)  # [S, N, hidden]
         indexer = self._indexer()
         pools = indexer.selected_pools(self.max_seq_len) if indexer is not None else 0

@@ -398,3 +398,24 @@ def expand_image_placeholders(ids: Sequence[int], image_token_id: int, counts: S
         else:
             out.append(token)
     return out
+
+
+def image_feature_rows(ids: Sequence[int], image_token_id: int, feature_count: int) -> np.ndarray:
+    """feature_rows [len(ids)] int64 of an expanded prompt (expand_image_placeholders) whose images
+    gave `feature_count` feature rows (the vision tower's output for them, in order): -1 where the
+    token is text, k at the k-th `image_token_id`, whose embedding the model replaces by feature row
+    k (transformers' masked_scatter; models/base.py CausalLM.mix_features). A prompt prefilled in
+    pieces passes every piece the same features and its own slice of these rows. ImageError when
+    the placeholder rows and the feature rows differ in number."""
+    ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+    placeholders = ids == image_token_id
+    found = int(placeholders.sum())
+    if found != feature_count:
+        raise ImageError(
+            f"the prompt has {found} image placeholder row(s) (id {image_token_id}) but the images gave "
+            f"{feature_count} feature row(s): each image needs as many placeholders as its feature rows "
+            "(image_tokens, expand_image_placeholders)"
+        )
+    rows = np.full(ids.shape, -1, dtype=np.int64)
+    rows[placeholders] = np.arange(found, dtype=np.int64)
+    return rows

@@ -1,7 +1,10 @@
 """Tiny random GLM-5.3-Flash checkpoints for tests: transformers' Glm5NextForConditionalGeneration
 (text config as given, a one-block vision tower the text model never reads) with random weights,
 written by save_pretrained (which stores the checkpoint names: q/k/v_conv1d, A_log, hc_attn_fn,
-experts.{e}.gate_proj ...).
+experts.{e}.gate_proj ...). With `vision=True` (or a dict of vision-config overrides) the tower is
+one that matters: TINY_VISION_TOWER, two blocks whose out_hidden_size is the text hidden size, its
+weights randomized too (VISION_INITS), and the image/video special tokens (SPECIAL_TOKENS) moved
+into the tiny vocabulary; a text-only checkpoint is exactly what it was without the option.
 
 Random init is tweaked so that every feature matters and no selection hangs on a tie:
 initializer_range 0.1 (0.02 leaves the logits nearly flat); a random MoE e_score_correction_bias
@@ -96,6 +99,33 @@ BENCH_SMALL: dict = _text_config(1)
 TINY_VISION: dict = dict(
     depth=1, hidden_size=16, num_heads=2, intermediate_size=32, out_hidden_size=32, projection_intermediate_size=32
 )
+# The tower of a checkpoint with `vision` (out_hidden_size: the text hidden size, filled in by
+# tiny_glm5_next_config): two blocks of 2 heads of 16, the image processor's patch sizes (14, 2, 2
+# merge), a swiglu_limit the blocks' random activations reach.
+TINY_VISION_TOWER: dict = dict(
+    depth=2,
+    hidden_size=32,
+    num_heads=2,
+    intermediate_size=64,
+    projection_intermediate_size=64,
+    patch_size=14,
+    temporal_patch_size=2,
+    spatial_merge_size=2,
+    in_channels=3,
+    swiglu_limit=1.5,
+    initializer_range=0.1,
+)
+# Special tokens of a checkpoint with `vision`: the last six ids of the vocabulary, in the release's
+# order (image start/end, video start/end, ..., image, video); a test prompt draws its text from
+# below them (transformers reads a placeholder inside a video span as a video token).
+SPECIAL_TOKENS = (
+    "image_start_token_id",
+    "image_end_token_id",
+    "video_start_token_id",
+    "video_end_token_id",
+    "image_token_id",
+    "video_token_id",
+)
 # Post-init changes (common.apply_inits), see the module docstring.
 INITS = {
     "Glm5NextTextTopkRouter": {"e_score_correction_bias": ("normal_", 0.0, 0.05)},
@@ -112,24 +142,59 @@ INITS = {
     },
 }
 
+# A checkpoint with `vision` also randomizes what transformers initializes to ones and zeros in the
+# tower (every RMSNorm and the merger's LayerNorm, every bias), so that each of them matters.
+VISION_INITS = {
+    "Glm5NextRMSNorm": {"weight": ("normal_", 1.0, 0.2)},  # the tower's norms (the text's are Glm5NextText*)
+    "Glm5NextVisionPatchEmbed": {"proj.bias": ("normal_", 0.0, 0.1)},
+    "Glm5NextVisionAttention": {"qkv.bias": ("normal_", 0.0, 0.1), "proj.bias": ("normal_", 0.0, 0.1)},
+    "Glm5NextVisionMLP": {f"{n}.bias": ("normal_", 0.0, 0.1) for n in ("gate_proj", "up_proj", "down_proj")},
+    "Glm5NextVisionModel": {"downsample.bias": ("normal_", 0.0, 0.1)},
+    "Glm5NextVisionPatchMerger": {
+        "post_projection_norm.weight": ("normal_", 1.0, 0.2),
+        "post_projection_norm.bias": ("normal_", 0.0, 0.1),
+    },
+}
 
-def tiny_glm5_next_config(**overrides):
-    """A Glm5NextConfig (float32): TINY_TEXT with `overrides` applied as its text config, TINY_VISION."""
-    return float32_config("Glm5NextConfig", text_config={**TINY_TEXT, **overrides}, vision_config=TINY_VISION)
+
+def special_tokens(vocab_size: int) -> dict[str, int]:
+    """SPECIAL_TOKENS of a checkpoint with `vision`: the last six ids of a vocabulary of vocab_size."""
+    return {name: vocab_size - len(SPECIAL_TOKENS) + i for i, name in enumerate(SPECIAL_TOKENS)}
 
 
-def write_tiny_glm5_next_checkpoint(path, config_overrides: dict | None = None, seed: int = 0) -> Path:
-    """Write a random Glm5NextForConditionalGeneration (float32) to the directory `path`."""
-    config = tiny_glm5_next_config(**(config_overrides or {}))
-    return write_seeded(path, "Glm5NextForConditionalGeneration", config, seed, INITS)
+def tiny_glm5_next_config(*, vision: bool | dict = False, **overrides):
+    """A Glm5NextConfig (float32): TINY_TEXT with `overrides` applied as its text config, and
+    TINY_VISION (a tower the text model never reads) or, with `vision` (True, or a dict of
+    overrides of TINY_VISION_TOWER), TINY_VISION_TOWER with out_hidden_size = the text hidden size
+    and the special tokens inside the vocabulary (special_tokens)."""
+    text = {**TINY_TEXT, **overrides}
+    if not vision:
+        return float32_config("Glm5NextConfig", text_config=text, vision_config=TINY_VISION)
+    tower = {
+        **TINY_VISION_TOWER,
+        "out_hidden_size": text["hidden_size"],
+        **(vision if isinstance(vision, dict) else {}),
+    }
+    return float32_config("Glm5NextConfig", text_config=text, vision_config=tower, **special_tokens(text["vocab_size"]))
+
+
+def write_tiny_glm5_next_checkpoint(
+    path, config_overrides: dict | None = None, seed: int = 0, *, vision: bool | dict = False
+) -> Path:
+    """Write a random Glm5NextForConditionalGeneration (float32) to the directory `path`; `vision`:
+    a tower that matters (tiny_glm5_next_config), randomized by VISION_INITS as well."""
+    config = tiny_glm5_next_config(vision=vision, **(config_overrides or {}))
+    inits = {**INITS, **VISION_INITS} if vision else INITS
+    return write_seeded(path, "Glm5NextForConditionalGeneration", config, seed, inits)
 
 
 @torch.no_grad()
-def pool_selection_margin(model, ids: torch.Tensor) -> float:
+def pool_selection_margin(model, ids: torch.Tensor, **step_kwargs) -> float:
     """Smallest relative gap between the k-th and (k+1)-th pool score over every full-indexer
     layer and query of day0's eager `model` (models/glm5_next.py) on one prefill of `ids` [S]
     (k = index_topk / kpool; only queries with more than k complete pools count; inf if none).
-    The selection is the same in transformers' form wherever this is above float noise."""
+    The selection is the same in transformers' form wherever this is above float noise.
+    `step_kwargs` go to the step (features, feature_rows: a prompt with images)."""
     from day0.models.dsa_indexer import INVISIBLE
 
     margin, hooks = float("inf"), []
@@ -155,7 +220,7 @@ def pool_selection_margin(model, ids: torch.Tensor) -> float:
         if layer.full_indexer:
             record(layer.self_attn.indexer)
     try:
-        model.step(ids, torch.tensor([0]), *model.empty_state())
+        model.step(ids, torch.tensor([0]), *model.empty_state(), **step_kwargs)
     finally:
         for indexer, _ in hooks:
             del indexer.pool_scores  # back to the class method
