@@ -77,13 +77,13 @@ def swiglu(gate: Tensor, up: Tensor, limit: float | None = None) -> Tensor:
 
 class MLP(nn.Module):
     """SwiGLU feed-forward: down(silu(gate(x)) · up(x)), optionally clamped (`swiglu`).
-    Checkpoint names gate/up/down_proj."""
+    Checkpoint names gate/up/down_proj, with biases when `bias` (the vision tower's)."""
 
-    def __init__(self, hidden: int, intermediate: int, limit: float | None = None):
+    def __init__(self, hidden: int, intermediate: int, limit: float | None = None, bias: bool = False):
         super().__init__()
-        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
-        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
-        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=bias)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=bias)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=bias)
         self.limit = limit
 
     def forward(self, x: Tensor) -> Tensor:

@@ -8,10 +8,10 @@ P patches of one or several images (or video frames) side by side, in transforme
 per frame, block-major over the m×m spatial-merge blocks (block row, block col, row in block, col in
 block), as the image processor's patchify lays them out. `positions` holds each patch's (h, w)
 coordinates in its frame and `segments` the attention segment it belongs to (one per frame: an
-image, or one temporal step of a video); `vision_inputs(grid_thw)` computes both on the host, exactly
-as transformers' get_vision_position_ids / get_vision_cu_seqlens do. Everything data-dependent stays
-there: the graph has no control flow on tensor values, so P can be a dynamic dimension (a multiple
-of m²) of an exported program.
+image, or one temporal step of a video); `vision_inputs(grid_thw)` (runtime/images.py, re-exported
+here) computes both on the host, exactly as transformers' get_vision_position_ids /
+get_vision_cu_seqlens do. Everything data-dependent stays there: the graph has no control flow on
+tensor values, so P can be a dynamic dimension (a multiple of m²) of an exported program.
 
 The tower (Glm5NextVision* in transformers):
   - patch_embed: a Conv3d whose stride is its kernel, i.e. one matmul of the flat patches with the
@@ -31,7 +31,6 @@ the parameters' storage dtype (models/layers.py).
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -46,7 +45,8 @@ from day0.models.config import (
     require_parsed_numbers,
     transformers_config,
 )
-from day0.models.layers import RMSNorm, linear, rotate_half_split, swiglu
+from day0.models.layers import MLP, RMSNorm, linear, rotate_half_split, swiglu
+from day0.runtime.images import vision_inputs  # noqa: F401  (re-exported)
 
 MODEL_TYPE = "glm5_next_vision"
 PREFIX = "model.visual."  # the tower's tensors in a glm5_next checkpoint
@@ -139,36 +139,8 @@ def axial_inv_freq(cfg) -> Tensor:
 
 
 # -- host-side inputs ---------------------------------------------------------------------------------
-
-
-def vision_inputs(grid_thw, spatial_merge_size: int = 2) -> tuple[np.ndarray, np.ndarray]:
-    """(positions [P, 2] int64, segments [P] int64) for images/videos of `grid_thw` [N, 3] (t, h, w
-    in patches; a list of triples, an array or a tensor), in transformers' patch order.
-
-    positions: per patch its (h, w) in its frame, block-major over the m×m merge blocks, each frame
-    of a video repeating its image's (transformers' get_vision_position_ids). segments: the index
-    of the patch's frame over all frames of all entries, since transformers attends within each
-    frame separately (get_vision_cu_seqlens, merge_temporal=False): for images, the image index."""
-    grids = np.asarray(grid_thw.tolist() if isinstance(grid_thw, Tensor) else grid_thw)
-    if grids.ndim != 2 or grids.shape[1] != 3 or grids.shape[0] == 0 or not np.issubdtype(grids.dtype, np.integer):
-        raise ValueError(f"grid_thw must be a non-empty [N, 3] array of integers (got shape {grids.shape})")
-    m = spatial_merge_size
-    positions, segments, frame = [], [], 0
-    for i, (t, h, w) in enumerate(grids.tolist()):
-        if t < 1 or h < 1 or w < 1 or h % m or w % m:
-            raise ValueError(
-                f"grid_thw[{i}] = ({t}, {h}, {w}): t, h, w must be >= 1 and h, w multiples of the "
-                f"spatial merge size {m}"
-            )
-        rows, cols = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
-        block = (h // m, m, w // m, m)
-        hw = np.stack(
-            [rows.reshape(block).transpose(0, 2, 1, 3).ravel(), cols.reshape(block).transpose(0, 2, 1, 3).ravel()], -1
-        )
-        positions.append(np.tile(hw, (t, 1)))
-        segments.append(np.repeat(np.arange(frame, frame + t), h * w))
-        frame += t
-    return np.concatenate(positions).astype(np.int64), np.concatenate(segments).astype(np.int64)
+# vision_inputs (positions and segments of the patches) lives in runtime/images.py, which a serving
+# host runs without PyTorch; re-exported here.
 
 
 # -- the tower ------------------------------------------------------------------------------------
@@ -223,21 +195,6 @@ class VisionAttention(nn.Module):
         return linear(o, self.proj)
 
 
-class VisionMLP(nn.Module):
-    """down(silu(gate(x)) · up(x)) with swiglu_limit clamping (layers.swiglu); checkpoint names
-    gate/up/down_proj, with bias when `bias`."""
-
-    def __init__(self, dim: int, intermediate: int, limit: float, bias: bool):
-        super().__init__()
-        self.gate_proj = nn.Linear(dim, intermediate, bias=bias)
-        self.up_proj = nn.Linear(dim, intermediate, bias=bias)
-        self.down_proj = nn.Linear(intermediate, dim, bias=bias)
-        self.limit = limit
-
-    def forward(self, x: Tensor) -> Tensor:
-        return linear(swiglu(linear(x, self.gate_proj), linear(x, self.up_proj), self.limit), self.down_proj)
-
-
 class VisionBlock(nn.Module):
     """Pre-norm block: x + attn(norm1(x)), then + mlp(norm2(x)) (the MLP's bias is attention_bias,
     as transformers builds it)."""
@@ -247,7 +204,7 @@ class VisionBlock(nn.Module):
         self.norm1 = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.norm2 = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.attn = VisionAttention(cfg)
-        self.mlp = VisionMLP(cfg.hidden_size, cfg.intermediate_size, cfg.swiglu_limit, cfg.attention_bias)
+        self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size, cfg.swiglu_limit, bias=cfg.attention_bias)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, same: Tensor) -> Tensor:
         x = x + self.attn(self.norm1(x), cos, sin, same)
