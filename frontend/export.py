@@ -1,5 +1,6 @@
 """torch.export of a model's entry points (`prefill`, `decode`, and `prefill_first` / `prefill_chunk`
-where they apply: see export_model) into one raw torch-dialect module.
+where they apply; `encode_image` and `prefill_mm` for a model with a vision tower: see
+export_model) into one raw torch-dialect module.
 
 Weights never enter the IR: each parameter becomes
     %w = torch.operator "torch.day0.parameter"() {day0.key = "<checkpoint tensor name>"}
@@ -52,6 +53,55 @@ class _Prefill(nn.Module):
 
 class _Decode(_Prefill):
     """One token (S = 1)."""
+
+
+class _PrefillImages(_Prefill):
+    """A prompt with images (`prefill_mm`): (ids [S], start [1], features [N, hidden] f32,
+    feature_rows [S] i64, *state) -> (logits, next, *state). Row s takes features[feature_rows[s]]
+    instead of its token's embedding where feature_rows[s] >= 0 (CausalLM.mix_features, which
+    clamps the rows into [-1, N - 1] in the traced graph)."""
+
+    def forward(self, ids, start, features, feature_rows, *state):
+        ids = ids.clamp(0, self.lm.cfg.vocab_size - 1)
+        start = start.clamp(0, self.lm.max_seq_len - ids.shape[0])
+        logits, *state = self.lm.step(ids, start, *state, features=features, feature_rows=feature_rows)
+        return (logits, greedy_token(logits, batched=False), *state)
+
+
+class _EncodeImage(nn.Module):
+    """The vision tower (`encode_image`): (pixel_values [P, patch_dim] f32, positions [P, 2] i64,
+    segments [P] i64) -> features [P/m², hidden] f32, P a multiple of m² (models/vision.py). No
+    gather or write depends on the inputs' values: positions only enter the rope's angles and
+    segments only the attention mask."""
+
+    def __init__(self, lm):
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, pixel_values, positions, segments):
+        return self.lm.vision(pixel_values, positions, segments)
+
+
+def max_patches(lm, max_seq_len: int) -> int:
+    """The most patches one `encode_image` call takes: one image token is m² patches, and a
+    prompt holds at most max_seq_len tokens."""
+    return max_seq_len * lm.vision.merge**2
+
+
+def _image_wrappers(lm, max_seq_len: int, state: list) -> dict:
+    """encode_image (P = m²·blocks, blocks dynamic in [1, max_seq_len]) and prefill_mm (S dynamic
+    as prefill's; N, the feature rows, dynamic in [2, max_seq_len]: a call with one feature row
+    passes a second, unused one)."""
+    m2, hidden = lm.vision.merge**2, lm.cfg.hidden_size
+    patches = m2 * Dim("image_blocks", min=1, max=max_seq_len)
+    seq, rows = Dim("seq", min=2, max=max_seq_len), Dim("feature_rows", min=2, max=max_seq_len)
+    zeros = lambda *shape: torch.zeros(*shape, dtype=torch.int64)  # noqa: E731
+    image = (torch.zeros(2 * m2, lm.vision.patch_dim()), zeros(2 * m2, 2), zeros(2 * m2))
+    prompt = (zeros(4), zeros(1), torch.zeros(3, hidden), torch.full((4,), -1), *state)
+    return {
+        "encode_image": (_EncodeImage(lm), image, ({0: patches}, {0: patches}, {0: patches})),
+        "prefill_mm": (_PrefillImages(lm), prompt, ({0: seq}, None, {0: rows}, {0: seq}, (None,) * len(state))),
+    }
 
 
 class _PrefillFirst(_Prefill):
@@ -200,13 +250,20 @@ class ExportedModule:
     parameters: list[str]  # checkpoint tensor names the module reads
 
 
-def entry_points(lm: nn.Module, prefill_chunk: int = 0) -> list[str]:
-    """The functions export_model emits for this model (a models.base.CausalLM; prefill_chunk: see
-    export_model)."""
+def takes_images(lm: nn.Module) -> bool:
+    """Whether the model holds a vision tower whose features its steps take (glm5_next with a
+    vision_config: models/glm5_next.py)."""
+    return lm.takes_image_features and getattr(lm, "vision", None) is not None
+
+
+def entry_points(lm: nn.Module, prefill_chunk: int = 0, images: bool = True) -> list[str]:
+    """The functions export_model emits for this model (a models.base.CausalLM; prefill_chunk,
+    images: see export_model)."""
     return (
         ["prefill", "decode"]
         + (["prefill_first"] if lm.has_first_turn else [])
         + (["prefill_chunk"] if prefill_chunk else [])
+        + (["encode_image", "prefill_mm"] if images and takes_images(lm) else [])
     )
 
 
@@ -219,12 +276,17 @@ def export_model(
     keep: tuple[str, ...] = (),
     prefill_chunk: int = 0,
     paged: PagedExport | None = None,
+    images: bool = True,
 ) -> ExportedModule:
     """Export `lm.step` as prefill (S in [2, max_seq_len], dynamic), decode (S = 1) and, for
     models with a first-turn form, prefill_first (start == 0, dynamic S); with prefill_chunk > 0
     also prefill_chunk (S = prefill_chunk, static); with `paged`, `lm.step_paged` as the paged
-    entry points (PagedExport). `keep`: names of DECOMPOSABLE day0 ops to leave as
-    `torch.operator` for the target's passes (the others are traced as their reference aten
+    entry points (PagedExport). A model with a vision tower (takes_images), unless `images` is
+    false, also gets `encode_image` (the tower: pixel_values [P, patch_dim], positions [P, 2],
+    segments [P] -> features [P/m², hidden]; P dynamic, a multiple of m², at most max_patches) and
+    `prefill_mm` (ids [S], start [1], features [N, hidden], feature_rows [S], *state -> logits,
+    next, *state; S in [2, max_seq_len], N in [2, max_seq_len]). `keep`: names of DECOMPOSABLE day0 ops to leave
+    as `torch.operator` for the target's passes (the others are traced as their reference aten
     body)."""
     state = lm.empty_state()
     start = torch.zeros(1, dtype=torch.int64)
@@ -244,8 +306,10 @@ def export_model(
     modules = {name: (wrapper(lm), args, shapes) for name, (wrapper, args, shapes) in wrappers.items()}
     if paged is not None:
         modules.update(_paged_wrappers(lm, max_seq_len, paged))
+    if images and takes_images(lm):
+        modules.update(_image_wrappers(lm, max_seq_len, state))
     params: set[str] = set()
-    for name in entry_points(lm, prefill_chunk) + paged_entry_points(paged):
+    for name in entry_points(lm, prefill_chunk, images) + paged_entry_points(paged):
         module, args, shapes = modules[name]
         with warnings.catch_warnings():
             # torch's own pytree code trips its LeafSpec deprecation while exporting: not ours to fix

@@ -5,7 +5,8 @@ one module that imports every stage, and runs them one named stage at a time:
     export   torch.export of the entry points with uninitialized weights -> raw torch MLIR (frontend/)
     passes   the target's pipeline (passes/, chosen by lowering/targets.py)
     compile  iree-compile for the target -> model.vmfb (lowering/compile.py)
-    publish  manifest.json (runtime/artifact.py) + tokenizer.json, and an atomic rename into place
+    publish  manifest.json (runtime/artifact.py) + tokenizer.json (+ preprocessor_config.json for a
+             model with a vision tower), and an atomic rename into place
 
 Every stage's failure surfaces as a `BuildError` naming the stage; `dump_stages` writes the IR
 after each of our stages and after each IREE phase under `<artifact>/stages/`.
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from day0.lowering.targets import DEFAULT_DSA_TILE
+from day0.runtime.images import CONFIG_FILE as IMAGE_CONFIG_FILE
 from day0.runtime.tokenizer import TOKENIZER_FILES
 
 STAGES = ("read", "export", "passes", "compile", "publish")
@@ -39,7 +41,7 @@ DEFAULT_MAX_SEQ_LEN = 4096
 MIN_MAX_SEQ_LEN = 4
 MAX_MAX_SEQ_LEN = 1 << 20
 # what day0 writes into an artifact directory (runtime/artifact.py; stages/: --dump-stages)
-ARTIFACT_FILES = ("manifest.json", "model.vmfb", *TOKENIZER_FILES, "stages")
+ARTIFACT_FILES = ("manifest.json", "model.vmfb", *TOKENIZER_FILES, IMAGE_CONFIG_FILE, "stages")
 
 # What each entry point takes and returns (the manifest's EntryPoint records; frontend/export.py
 # emits them). Every one also returns the greedy next token after the logits.
@@ -59,6 +61,27 @@ ENTRY_POINTS = {
     "prefill_chunk": {
         "inputs": ("ids[C] int64 (C = static_len)", "start[1] int64", "*state"),
         "outputs": ("logits[C,V] float32", NEXT, "*state"),
+    },
+    # a model with a vision tower (manifest `vision`: runtime/artifact.py VisionLayout)
+    "encode_image": {
+        "inputs": (
+            "pixel_values[P,patch_dim] float32 (P a multiple of merge_size², at most vision.max_patches)",
+            "positions[P,2] int64 (each patch's row and column in its image)",
+            "segments[P] int64 (each patch's image: patches attend within their segment)",
+        ),
+        "outputs": ("features[P/merge_size²,hidden] float32",),
+        "greedy_next": False,
+        "layout": "vision",
+    },
+    "prefill_mm": {
+        **PREFILL,
+        "inputs": (
+            "ids[S] int64",
+            "start[1] int64",
+            "features[N,hidden] float32 (N >= 2: pad with a zero row)",
+            "feature_rows[S] int64 (-1: the token's embedding; k: features[k] instead)",
+            "*state",
+        ),
     },
 }
 
@@ -151,7 +174,7 @@ def compile_checkpoint(
 
     options = options or BuildOptions()
 
-    from day0.frontend.export import entry_points, export_model
+    from day0.frontend.export import entry_points, export_model, takes_images
     from day0.frontend.ir import MLIRError, new_context, parse_module
     from day0.lowering.targets import DsaShape, get_target
     from day0.models.checkpoint import TORCH_DTYPES, Checkpoint
@@ -180,6 +203,11 @@ def compile_checkpoint(
         model = model_cls.empty(cfg, options.max_seq_len, dtypes, cache_dtype=cache_dtype(model_cls, cfg, options))
     ckpt.check_expected(model.parameter_shapes())
     check_checkpoint_scales(ckpt)
+    for note in model_cls.compile_notes(ckpt.config, cfg):
+        progress("read", note)
+    vision = vision_layout(model, ckpt, options)
+    if takes_images(model) and vision is None:
+        progress("read", f"the vision tower is left out (text only): target {target.name} does not run images yet")
     progress("read", "done")
 
     tmp = _staging_dir(out_dir)
@@ -196,6 +224,7 @@ def compile_checkpoint(
             keep=target.kept_ops,
             prefill_chunk=chunk,
             paged=paged,
+            images=vision is not None,
         )
         if stages:
             (stages / "00-export.mlir").write_text(exported.mlir)
@@ -225,6 +254,8 @@ def compile_checkpoint(
         for name in TOKENIZER_FILES:
             if (checkpoint_dir / name).exists():
                 shutil.copy(checkpoint_dir / name, tmp / name)
+        if vision is not None and vision.image_config:
+            shutil.copy(checkpoint_dir / vision.image_config, tmp / vision.image_config)
         manifest = Manifest(
             architecture=cfg.model_type,
             config=ckpt.config,
@@ -236,7 +267,7 @@ def compile_checkpoint(
             entry_points={
                 **{
                     name: EntryPoint(**ENTRY_POINTS[name], **({"static_len": chunk} if name == "prefill_chunk" else {}))
-                    for name in entry_points(model, chunk)
+                    for name in entry_points(model, chunk, images=vision is not None)
                 },
                 **paged_entry_points(paged),
             },
@@ -250,12 +281,59 @@ def compile_checkpoint(
             ),
             compile_flags=tuple(result.flags),
             tools=tool_versions(),
+            vision=vision,
         )
         manifest = publish_replacing(tmp, out_dir, manifest)
         progress("publish", "done")
         return manifest
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def vision_layout(model, ckpt, options: BuildOptions):
+    """The manifest's `vision` (runtime/artifact.py VisionLayout) for a model with a vision tower
+    (frontend/export.py takes_images) on a target that runs images (Target.images), None
+    otherwise. The checkpoint's preprocessor_config.json, when it has one, must be one day0
+    follows (runtime/images.py ImageConfig) and cut patches of the tower's sizes; the artifact
+    gets a copy. BuildError naming the field otherwise."""
+    from day0.frontend.export import max_patches, takes_images
+    from day0.lowering.targets import get_target
+    from day0.runtime.artifact import VisionLayout
+    from day0.runtime.images import ImageConfig, ImageConfigError
+
+    if not takes_images(model) or not get_target(options.target).images:
+        return None
+    tower = model.vision.cfg
+    path = ckpt.dir / IMAGE_CONFIG_FILE
+    try:
+        image = ImageConfig.from_file(path) if path.is_file() else ImageConfig()
+    except ImageConfigError as e:
+        raise BuildError(f"the checkpoint's image processor settings: {e}") from None
+    for field, ours, theirs in (
+        ("patch_size", image.patch_size, tower.patch_size),
+        ("temporal_patch_size", image.temporal_patch_size, tower.temporal_patch_size),
+        ("merge_size", image.merge_size, tower.spatial_merge_size),
+    ):
+        if ours != theirs:
+            where = path if path.is_file() else f"the default image processor settings (no {path})"
+            raise BuildError(
+                f"{where}: {field} is {ours}, but the vision tower's (config.json vision_config) is {theirs}: "
+                f"the image processor must cut the patches the tower takes"
+            )
+    if tower.in_channels != 3:
+        raise BuildError(
+            f"config.json: field 'vision_config.in_channels': {tower.in_channels} is not supported (images are RGB: 3)"
+        )
+    return VisionLayout(
+        image_token_id=int(ckpt.config["image_token_id"]),
+        patch_dim=model.vision.patch_dim(),
+        patch_size=tower.patch_size,
+        temporal_patch_size=tower.temporal_patch_size,
+        merge_size=tower.spatial_merge_size,
+        hidden_size=model.cfg.hidden_size,
+        max_patches=max_patches(model, options.max_seq_len),
+        image_config=IMAGE_CONFIG_FILE if path.is_file() else None,
+    )
 
 
 def paged_export(model, options: BuildOptions):

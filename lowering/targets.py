@@ -93,6 +93,9 @@ class Target:
     artifact_flags: tuple[str, ...] = ()
     # The position-indexed caches' dtype for models that support bf16 caches (others: float32).
     cache_dtype: str = "float32"
+    # Whether a model's vision tower is compiled (encode_image, prefill_mm: lowering/driver.py);
+    # where not, an artifact of a checkpoint with one is text only, and the compile says so.
+    images: bool = False
     prepare: Callable[[str], str] | None = field(default=None, compare=False)
 
     @property
@@ -238,6 +241,7 @@ TARGETS: dict[str, Target] = {
             ("mxfp4", "fuse-mxfp4-matmul"),
             ("dsa", _gather_tiles),
         ),
+        images=True,
     ),
     # No device flags: the device target travels inside the module (see _attach_cuda_sm90).
     # O3: fewer kernel launches a decode step, outputs bitwise equal to the default level's.

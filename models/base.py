@@ -60,6 +60,12 @@ class CausalLM(nn.Module):
     # image's features from the vision tower) instead of the token's embedding (`mix_features`)
     takes_image_features: bool = False
 
+    @classmethod
+    def compile_notes(cls, raw_config: dict, cfg) -> list[str]:
+        """What the compile driver tells the user about this checkpoint beyond its progress: parts
+        of it the artifact leaves out, and why (none by default)."""
+        return []
+
     def selection_width(self) -> int | None:
         """K, the number of positions the DSA indexer selects per query (None: no DSA op)."""
         return None

@@ -7,7 +7,11 @@ The module tree mirrors the checkpoint's tensor names as transformers' Glm5NextF
 saves them: `model.language_model.layers.{i}.self_attn.*` (KDA: q/k/v_conv1d, f_a_proj, A_log [H], ...;
 MLA: q_a_proj, kv_a_proj_with_mqa, ..., indexer.*), `...layers.{i}.mlp.*` (experts.{e}.gate_proj...),
 `...layers.{i}.hc_{attn,ffn}_{fn,base,scale}`, `model.language_model.{embed_tokens,norm}`, `lm_head`.
-The vision tower (`model.visual.*`) is not read here: models/vision.py is that model.
+A checkpoint that takes images (`vision_config`, an `image_token_id` inside the text vocabulary,
+the tower's out_hidden_size the text hidden_size: vision_config, parse_config's `cfg.day0_vision`)
+also has `model.visual.*`, models/vision.py's VisionTower, held as `model.visual` (the artifact's
+`encode_image` entry point); otherwise those tensors, if any (transformers writes a tower for
+every Glm5NextForConditionalGeneration), are unused and the model is the text model alone.
 
 State is explicit, in layer order, one functional entry point for prefill and decode:
     step(ids [S] i64, start [1] i64, *state) -> (logits [S, V] f32, *state)
@@ -49,6 +53,7 @@ from day0.models.mhc import hc_merge, hc_parameters, hc_weights
 from day0.models.mla import NopeMLA
 from day0.models.moe import MoE
 from day0.models.paging import CacheView, dense_view
+from day0.models.vision import VisionTower, axial_inv_freq, parse_vision_config
 from day0.runtime.artifact import StateTensor
 
 MODEL_TYPE = "glm5_next"
@@ -155,6 +160,7 @@ def parse_config(raw: dict):
     if isinstance(raw.get("text_config"), dict):  # the wrapper decides whether lm_head is tied
         cfg.tie_word_embeddings = bool(raw.get("tie_word_embeddings", False))
     require(cfg.hidden_act == "silu", "hidden_act", f"'{cfg.hidden_act}' is not supported (only silu)")
+    cfg.day0_vision, _ = vision_config(raw, cfg)
     require_layer_kinds("layer_types", cfg.layer_types, LAYER_TYPES, n)
     require_layer_kinds("indexer_types", cfg.indexer_types, INDEXER_TYPES, n)
     require_layer_kinds("mlp_layer_types", cfg.mlp_layer_types, MLP_TYPES, n)
@@ -178,6 +184,28 @@ def parse_config(raw: dict):
     if "sparse" in cfg.mlp_layer_types:
         require_group_routing(cfg, cfg.n_routed_experts, "n_group", "num_experts_per_tok")
     return cfg
+
+
+def vision_config(raw: dict, text_cfg):
+    """(the vision tower's parsed config, None) when the checkpoint takes images, else (None, why
+    not, or None without a vision_config). It takes images when it has a `vision_config` object,
+    an `image_token_id` inside the text vocabulary (not so in the tiny test checkpoints, whose
+    vocabulary ends before transformers' default image token) and a tower whose features are rows
+    of the text model (out_hidden_size = hidden_size: transformers' default config has 1536 and
+    4096, with which its own model fails on any image). A tower config day0 does not support is a
+    ConfigError (models/vision.py parse_vision_config)."""
+    token = raw.get("image_token_id")
+    if not isinstance(raw.get("vision_config"), dict):
+        return None, None
+    if type(token) is not int or not 0 <= token < text_cfg.vocab_size:
+        return None, f"image_token_id {token!r} is not an id of the text vocabulary ({text_cfg.vocab_size})"
+    vision = parse_vision_config(raw)
+    if vision.out_hidden_size != text_cfg.hidden_size:
+        return None, (
+            f"vision_config.out_hidden_size {vision.out_hidden_size} is not the text hidden_size "
+            f"{text_cfg.hidden_size}: the tower's features cannot take the image tokens' rows"
+        )
+    return vision, None
 
 
 def routed_expert_format(raw: dict) -> str:
@@ -266,10 +294,12 @@ class DecoderLayer(nn.Module):
 
 
 class Glm5Next(CausalLM):
-    """The causal LM (text). Build it with `Glm5Next.empty(cfg, max_seq_len)` and fill the weights
-    from a checkpoint; `step` is the functional entry point for both prefill and decode."""
+    """The causal LM (text), with the vision tower as `model.visual` when the checkpoint takes
+    images (`vision`; models/vision.py). Build it with `Glm5Next.empty(cfg, max_seq_len)` and fill
+    the weights from a checkpoint; `step` is the functional entry point for both prefill and decode."""
 
-    unused_tensors = (r"model\.visual\..*",)  # the vision tower: models/vision.py
+    # a checkpoint's vision tower the model does not hold (models/vision.py): a text-only one
+    unused_tensors = (r"model\.visual\..*",)
     takes_image_features = True
 
     def __init__(self, cfg, max_seq_len: int, cache_dtype: str = "float32"):
@@ -277,6 +307,31 @@ class Glm5Next(CausalLM):
         self.model = nn.Module()
         self.model.language_model = Backbone(cfg, DecoderLayer)
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        vision = getattr(cfg, "day0_vision", None)
+        if vision is not None:
+            self.model.visual = VisionTower(vision)
+            self.unused_tensors = ()  # every model.visual.* tensor is the tower's
+
+    @classmethod
+    def empty(cls, cfg, max_seq_len: int, dtypes=None, cache_dtype: str = "float32"):
+        m = super().empty(cfg, max_seq_len, dtypes, cache_dtype)
+        if m.vision is not None:  # its rope frequencies, computed (to_empty left them unset)
+            m.vision.inv_freq = axial_inv_freq(m.vision.cfg)
+        return m
+
+    @classmethod
+    def compile_notes(cls, raw: dict, cfg) -> list[str]:
+        notes = []
+        if cfg.day0_vision is None:
+            _, why = vision_config(raw, cfg)
+            if why:
+                notes.append(f"the vision tower is left out (text only): {why}")
+        return notes
+
+    @property
+    def vision(self) -> VisionTower | None:
+        """The vision tower, None for a text-only checkpoint."""
+        return getattr(self.model, "visual", None)
 
     @property
     def layers(self) -> nn.ModuleList:

@@ -3,6 +3,8 @@
     <artifact>/manifest.json   a `Manifest` (below), written by the compile driver, read by the runtime
     <artifact>/model.vmfb      the compiled module
     <artifact>/tokenizer.json  when the checkpoint has one
+    <artifact>/preprocessor_config.json  the image processor's settings, for a model with a vision
+                               tower whose checkpoint has them (`Manifest.vision`)
 
 Weights are not copied: the manifest names the original shards with their sizes and hashes.
 Writing is atomic: everything goes to a hidden sibling directory that is renamed into place last,
@@ -27,7 +29,9 @@ MANIFEST = "manifest.json"
 VMFB = "model.vmfb"
 # 2: typed manifest; entry points say whether they return the greedy next token; `devices`.
 # 3: paged entry points take slots and per-sequence slot tensors (`paged.slots`).
-# 4: paged entry points write their logits and next tokens into caller buffers and take `prev`.
+# 4: paged entry points write their logits and next tokens into caller buffers and take `prev`;
+#    an artifact with a vision tower adds `vision` (absent otherwise, so text-only manifests are
+#    unchanged) and the entry points encode_image and prefill_mm.
 FORMAT_VERSION = 4
 
 
@@ -45,6 +49,8 @@ class WeightsError(ArtifactError):
 
 # the greedy next token an entry point returns when its last logits row is not all finite
 NON_FINITE_TOKEN = -1
+# the image entry points of an artifact with a vision tower (VisionLayout)
+IMAGE_ENCODER, IMAGE_PREFILL = "encode_image", "prefill_mm"
 
 
 @dataclass(frozen=True)
@@ -58,18 +64,20 @@ class FileRecord:
 
 @dataclass(frozen=True)
 class EntryPoint:
-    """One exported function. Every entry point takes (ids, start, *state) and returns
-    (logits, [next,] *state): `greedy_next` says whether the greedy next token (argmax of the last
-    row, lowest id on ties) sits between the logits and the state. `static_len` > 0: ids must have
-    exactly that many tokens; else at least `min_len`."""
+    """One exported function. Every entry point but encode_image takes (ids, start, *state) and
+    returns (logits, [next,] *state): `greedy_next` says whether the greedy next token (argmax of
+    the last row, lowest id on ties) sits between the logits and the state. `static_len` > 0: ids
+    must have exactly that many tokens; else at least `min_len`."""
 
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     greedy_next: bool = True
     min_len: int = 1
     static_len: int = 0
-    # "dense": (ids, start, *state) over the manifest's `state`; "paged": (ids, positions, tables,
-    # slots, prev, logits_out, next_out, *pools, *slot tensors) -> (*pools, *slot tensors) over
+    # "dense": (ids, start, *state) over the manifest's `state` (prefill_mm: ids, start, features,
+    # feature_rows, *state); "vision": encode_image, (pixel_values, positions, segments) ->
+    # features (VisionLayout), no state; "paged": (ids, positions, tables, slots, prev,
+    # logits_out, next_out, *pools, *slot tensors) -> (*pools, *slot tensors) over
     # `paged` (PagedLayout; frontend/export.py, _PagedStep), `batch` sequences of one token each
     # (0: one sequence's prompt chunk)
     layout: str = "dense"
@@ -129,6 +137,26 @@ class PagedLayout:
 
 
 @dataclass(frozen=True)
+class VisionLayout:
+    """What a runtime needs to feed images to an artifact with a vision tower (glm5_next with a
+    vision_config): its `encode_image` entry point takes pixel_values [P, patch_dim] f32 (P a
+    multiple of merge_size², at most max_patches), positions [P, 2] and segments [P] i64, and
+    returns features [P / merge_size², hidden_size] f32, which `prefill_mm` puts in place of the
+    prompt's `image_token_id` rows. patch_size / temporal_patch_size / merge_size are the tower's,
+    which the image processor's settings (`image_config`: the artifact's preprocessor_config.json,
+    None: runtime/images.py ImageConfig's defaults) must match."""
+
+    image_token_id: int
+    patch_dim: int  # in_channels · temporal_patch_size · patch_size²
+    patch_size: int
+    temporal_patch_size: int
+    merge_size: int
+    hidden_size: int
+    max_patches: int
+    image_config: str | None = None
+
+
+@dataclass(frozen=True)
 class Parameters:
     """Where the weights are read at load time: the checkpoint's own shards under `base_dir`,
     named in the vmfb as `scope::<tensor name>`; `count` tensors in all."""
@@ -160,6 +188,9 @@ class Manifest:
     vmfb: FileRecord | None = None  # filled in by `seal`
     paged: PagedLayout | None = None  # the paged entry points' pools, when compiled with them
     format_version: int = FORMAT_VERSION
+    # the image entry points (encode_image, prefill_mm), for a model with a vision tower; absent
+    # from a text-only artifact's manifest.json
+    vision: VisionLayout | None = None
 
     @property
     def prefill_chunk(self) -> int:
@@ -189,7 +220,10 @@ class Manifest:
         return out
 
     def to_json(self) -> dict:
-        return asdict(self)
+        data = asdict(self)
+        if data["vision"] is None:  # a text-only artifact's manifest is what it always was
+            del data["vision"]
+        return data
 
     @classmethod
     def from_json(cls, data: dict, where: str = MANIFEST) -> Manifest:
@@ -225,6 +259,9 @@ class Manifest:
                     ),
                     "vmfb": FileRecord(**_plain(FileRecord, top["vmfb"], "vmfb.")) if top.get("vmfb") else None,
                     "paged": _paged(top["paged"]) if top.get("paged") else None,
+                    "vision": VisionLayout(**_plain(VisionLayout, top["vision"], "vision."))
+                    if top.get("vision")
+                    else None,
                 }
             )
         except (KeyError, TypeError, AttributeError) as e:
@@ -362,6 +399,18 @@ def check_signatures(manifest: Manifest, reflection: dict[str, dict[str, str]], 
             raise ArtifactError(f"{where}: function '{name}' records no day0 signature; compile the checkpoint again")
         inputs, _, outputs = r["day0.signature"].partition("->")
         args, results = _tensor_types(inputs), _tensor_types(outputs)
+        if (entry.layout == "vision" or name == IMAGE_PREFILL) and manifest.vision is None:
+            raise ArtifactError(f"{where}: image entry point '{name}' but no vision layout in the manifest")
+        if entry.layout == "vision":  # encode_image: no state, the features its one result
+            v = manifest.vision
+            expected_args = [((None, v.patch_dim), "float32"), ((None, 2), "int64"), ((None,), "int64")]
+            problem = _first_difference("argument", args, expected_args)
+            problem = problem or _first_difference("result", results, [((None, v.hidden_size), "float32")])
+            if problem:
+                raise ArtifactError(
+                    f"{where}: function '{name}': {problem} (edited manifest, or another compile's vmfb?)"
+                )
+            continue
         if entry.layout == "paged":
             if manifest.paged is None:
                 raise ArtifactError(f"{where}: paged entry point '{name}' but no paged layout in the manifest")
@@ -376,6 +425,9 @@ def check_signatures(manifest: Manifest, reflection: dict[str, dict[str, str]], 
             state = [(tuple(s.shape), s.dtype) for s in manifest.state]
             ids_len = entry.static_len or None
             expected_args = [((ids_len if name != "decode" else 1,), "int64"), ((1,), "int64"), *state]
+            if name == IMAGE_PREFILL:  # features [N, hidden], feature_rows [S] after ids and start
+                features = [((None, manifest.vision.hidden_size), "float32"), ((None,), "int64")]
+                expected_args[2:2] = features
         problem = None
         if r.get("day0.max_seq_len") != str(manifest.max_seq_len):
             problem = (

@@ -400,6 +400,37 @@ def expand_image_placeholders(ids: Sequence[int], image_token_id: int, counts: S
     return out
 
 
+def vision_inputs(grid_thw, spatial_merge_size: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """(positions [P, 2] int64, segments [P] int64) for images/videos of `grid_thw` [N, 3] (t, h, w
+    in patches; a list of triples, an array or a tensor), in transformers' patch order: the vision
+    tower's inputs beside pixel_values (models/vision.py, the `encode_image` entry point).
+
+    positions: per patch its (h, w) in its frame, block-major over the m×m merge blocks, each frame
+    of a video repeating its image's (transformers' get_vision_position_ids). segments: the index
+    of the patch's frame over all frames of all entries, since transformers attends within each
+    frame separately (get_vision_cu_seqlens, merge_temporal=False): for images, the image index."""
+    grids = np.asarray(grid_thw.tolist() if hasattr(grid_thw, "tolist") else grid_thw)
+    if grids.ndim != 2 or grids.shape[1] != 3 or grids.shape[0] == 0 or not np.issubdtype(grids.dtype, np.integer):
+        raise ValueError(f"grid_thw must be a non-empty [N, 3] array of integers (got shape {grids.shape})")
+    m = spatial_merge_size
+    positions, segments, frame = [], [], 0
+    for i, (t, h, w) in enumerate(grids.tolist()):
+        if t < 1 or h < 1 or w < 1 or h % m or w % m:
+            raise ValueError(
+                f"grid_thw[{i}] = ({t}, {h}, {w}): t, h, w must be >= 1 and h, w multiples of the "
+                f"spatial merge size {m}"
+            )
+        rows, cols = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
+        block = (h // m, m, w // m, m)
+        hw = np.stack(
+            [rows.reshape(block).transpose(0, 2, 1, 3).ravel(), cols.reshape(block).transpose(0, 2, 1, 3).ravel()], -1
+        )
+        positions.append(np.tile(hw, (t, 1)))
+        segments.append(np.repeat(np.arange(frame, frame + t), h * w))
+        frame += t
+    return np.concatenate(positions).astype(np.int64), np.concatenate(segments).astype(np.int64)
+
+
 def image_feature_rows(ids: Sequence[int], image_token_id: int, feature_count: int) -> np.ndarray:
     """feature_rows [len(ids)] int64 of an expanded prompt (expand_image_placeholders) whose images
     gave `feature_count` feature rows (the vision tower's output for them, in order): -1 where the

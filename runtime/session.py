@@ -8,6 +8,22 @@
     s.reset()        -> empty state, same weights
     s.save_state(path) / s.load_state(path)            (the sequence so far, on disk)
 
+Images (an artifact with a vision tower, `manifest.vision`: glm5_next compiled from a checkpoint
+with a vision_config): prefill, prefill_greedy and generate take `images=[...]`, one per image
+placeholder in ids, in order (encoded bytes, a file path, or a PIL image: runtime/images.py).
+ids hold ONE `image_token_id` per image, as a user writes `<|image|>` in a prompt (the chat
+template's `<|begin_of_image|>` / `<|end_of_image|>` around it stay as they are); the Session
+expands each to the image's token count (runtime/images.py expand_image_placeholders), so the
+sequence grows by the expanded length: prefill returns one logits row per expanded token, and
+`image_prompt(ids, images)` gives the expanded ids. Each image is preprocessed on the host
+(preprocess, with the artifact's preprocessor_config.json), run through `encode_image` alone (the
+tower attends within an image: one call per image keeps its work per image), and the prompt runs
+as one `prefill_mm` call with the features in place of the placeholder rows. Images may come in
+any turn. Refused (SessionError), before any device call: images for an artifact without a
+vision tower, a placeholder count that is not the image count (placeholders without images
+too), a prompt whose image tokens do not fit max_seq_len; an image that cannot be decoded is an
+ImageError (runtime/images.py), also a ValueError.
+
 The state (the manifest's state tensors: caches, recurrent states) stays on the device: each call
 passes the previous call's returned buffers back in, and IREE updates them in place. One decode
 step is one device invocation, made by runtime/step_call.py's StepCaller (the token and position
@@ -27,12 +43,13 @@ are not finite (NaN or infinity: bad weights or config) end the call with a Sess
 """
 
 import functools
+import os
 import threading
 from pathlib import Path
 
 import numpy as np
 
-from day0.runtime.artifact import NON_FINITE_TOKEN, Manifest
+from day0.runtime.artifact import IMAGE_ENCODER, IMAGE_PREFILL, NON_FINITE_TOKEN, ArtifactError, Manifest
 from day0.runtime.loading import open_artifact, token_ids
 from day0.runtime.sampling import greedy, make_rng, sample, validate_sampling
 from day0.runtime.state_file import np_dtype
@@ -81,6 +98,9 @@ class Session:
         self._chunk_len = manifest.prefill_chunk
         self._chunk = entry("prefill_chunk") if self._chunk_len else None
         self._caller = StepCaller(vm, [max(self.max_seq_len, self._chunk_len or 0), 1])  # ids, position
+        # images: the vision tower's layout and the image processor's settings (None: text only)
+        self.vision = manifest.vision
+        self._image_config = _image_config(self.artifact_dir, self.vision) if self.vision is not None else None
         self.reset()
 
     @classmethod
@@ -195,12 +215,143 @@ class Session:
             return [(self._run(self._decode, ids, want), 0)]
         return [(self._run(self._prefill_first if self._pos == 0 else self._prefill, ids, want), 0)]
 
-    def _append(self, ids, want: str | None) -> list:
-        """Append the pending token (if any) and ids; returns _run_prompt's pieces with the
-        pending token's row dropped."""
-        ids, skip = self._take_pending(self._check_ids(ids))
+    def _append(self, ids, want: str | None, images=None) -> list:
+        """Append the pending token (if any) and ids (with `images`: module docstring); returns
+        _run_prompt's pieces with the pending token's row dropped."""
+        return self._append_prompt(self._prompt(ids, images), want)
+
+    def _append_prompt(self, prompt: "_Prompt", want: str | None) -> list:
+        """_append of a checked prompt (`_prompt`)."""
+        if prompt.pixels is not None:
+            features, rows = self._encode(prompt)
+            ids, skip = self._take_pending(prompt.ids)
+            rows = np.concatenate([np.full(skip, -1, dtype=np.int64), rows])
+            return [(self._run_images(ids, features, rows, want), skip)]
+        ids, skip = self._take_pending(prompt.ids)
         pieces = self._run_prompt(ids, want)
         return [(pieces[0][0], pieces[0][1] + skip), *pieces[1:]]
+
+    def _text(self, token) -> "_Prompt":
+        """One token to decode, checked: any id of the vocabulary, the image placeholder too (a
+        decoded token is never an image)."""
+        return _Prompt(self._check_ids([token]))
+
+    # -- images ---------------------------------------------------------------------------------
+    def _prompt(self, ids, images) -> "_Prompt":
+        """ids checked (token ids; with images, placeholders and room too) and, with images, expanded
+        and the images preprocessed; nothing runs on the device and the state is untouched."""
+        arr = token_ids(ids, self.vocab_size, SessionError)
+        images = _image_list(images)
+        if images and self.vision is None:
+            raise SessionError(
+                f"{len(images)} image(s) given, but this artifact ({self.manifest.architecture}) has no vision "
+                f"tower: compile a checkpoint with a vision_config (and its image_token_id in the vocabulary) "
+                f"to give images"
+            )
+        if self.vision is None:
+            self._check_room(arr.size)
+            return _Prompt(arr)
+        token = self.vision.image_token_id
+        found = int((arr == token).sum())
+        if found != len(images):
+            raise SessionError(
+                f"the prompt has {found} image placeholder token(s) (id {token}) but {len(images)} image(s) "
+                f"were given: put one placeholder in the ids for each image, in order (the Session expands it "
+                f"to the image's tokens)"
+            )
+        if not images:
+            self._check_room(arr.size)
+            return _Prompt(arr)
+        from day0.runtime.images import expand_image_placeholders
+
+        pixels, grid, counts = self._preprocess(images)
+        expanded = np.asarray(expand_image_placeholders(arr, token, counts), dtype=np.int64)
+        total = self._pos + (self._pending is not None) + expanded.size
+        if total > self.max_seq_len:
+            pending = " and the pending token" if self._pending is not None else ""
+            raise SessionError(
+                f"the prompt's {arr.size - found} text token(s) and {found} image(s) of "
+                f"{' + '.join(map(str, counts))} image tokens make {expanded.size} tokens; with {self._pos} in the "
+                f"state{pending} the sequence would reach {total}, more than the artifact's max_seq_len "
+                f"{self.max_seq_len} (fewer or smaller images, a smaller max_image_tokens in the artifact's "
+                f"preprocessor_config.json, or compile with a larger --max-seq-len)"
+            )
+        if expanded.size + (self._pending is not None) < 2:
+            raise SessionError("a prompt with images needs at least 2 tokens (prefill_mm's shortest prompt)")
+        return _Prompt(expanded, pixels, grid)
+
+    def _preprocess(self, images: list) -> tuple[np.ndarray, np.ndarray, list[int]]:
+        """(pixel_values [P, patch_dim] f32, grid_thw [n, 3], image tokens of each image) of the
+        images, decoded and preprocessed with the artifact's image processor settings."""
+        from day0.runtime.images import image_tokens, preprocess
+
+        rgb, sources = zip(*(_rgb(image, i) for i, image in enumerate(images)))
+        pixels, grid = preprocess(list(rgb), self._image_config, sources=list(sources))
+        return pixels, grid, image_tokens(grid, self.vision.merge_size)
+
+    def _features(self, pixels: np.ndarray, grid: np.ndarray) -> np.ndarray:
+        """The features [N, hidden] f32 of preprocessed images: each through encode_image on its
+        own (the tower attends within an image; one call per image keeps the P² scores per image)."""
+        from day0.runtime.images import vision_inputs
+
+        out, at = [], 0
+        for t, h, w in grid.tolist():
+            patches = t * h * w
+            positions, segments = vision_inputs([[t, h, w]], self.vision.merge_size)
+            host, _ = self._caller.call(IMAGE_ENCODER, [pixels[at : at + patches], positions, segments], 1, (0,), 1)
+            out.append(host[0])
+            at += patches
+        features = np.concatenate(out)
+        if not np.isfinite(features).all():
+            raise SessionError(
+                "the vision tower's features are not finite (NaN or infinity): the checkpoint's vision weights or "
+                "config values are broken"
+            )
+        return features
+
+    def _encode(self, prompt: "_Prompt") -> tuple[np.ndarray, np.ndarray]:
+        """(features [N, hidden] f32, padded to at least 2 rows, feature_rows [len(prompt.ids)])."""
+        from day0.runtime.images import image_feature_rows
+
+        features = self._features(prompt.pixels, prompt.grid)
+        rows = image_feature_rows(prompt.ids, self.vision.image_token_id, len(features))
+        if len(features) < 2:  # prefill_mm takes N >= 2 rows: an unused zero row
+            features = np.concatenate([features, np.zeros((2 - len(features), self.vision.hidden_size), np.float32)])
+        return features, rows
+
+    def _run_images(self, ids: np.ndarray, features: np.ndarray, rows: np.ndarray, want: str | None):
+        """prefill_mm on ids (the pending token first, if any) at the current position; `want` as _run."""
+        read = {"logits": (0,), "next": (1,), None: ()}[want]
+        pos = np.array([self._pos], dtype=np.int64)
+        host, self._state = self._caller.call(
+            IMAGE_PREFILL, [ids, pos, features, rows, *self._state], 2 + len(self._state), read, 2
+        )
+        self._pos += ids.size
+        if want == "next":
+            return int(host[0].reshape(-1)[0])
+        return host[0] if host else None
+
+    @_exclusive
+    def image_features(self, images) -> np.ndarray:
+        """The vision tower's features [N, hidden] f32 of `images` (a list, as prefill's), in
+        order: what prefill_mm puts in place of their N placeholder rows. The state is untouched."""
+        if self.vision is None:
+            raise SessionError(f"this artifact ({self.manifest.architecture}) has no vision tower")
+        images = _image_list(images)
+        if not images:
+            raise SessionError("image_features: no images given")
+        pixels, grid, counts = self._preprocess(images)
+        if max(counts) > self.max_seq_len:
+            raise SessionError(
+                f"an image of {max(counts)} image tokens is more than the artifact's max_seq_len {self.max_seq_len}"
+            )
+        return self._features(pixels, grid)
+
+    @_exclusive
+    def image_prompt(self, ids, images) -> list[int]:
+        """The ids `prefill(ids, images)` would append: each image placeholder expanded to its
+        image's token count (the images are decoded and preprocessed, not encoded)."""
+        return self._prompt(ids, images).ids.tolist()
 
     def _finite(self, rows: np.ndarray) -> np.ndarray:
         if not np.isfinite(rows).all():
@@ -214,9 +365,11 @@ class Session:
         )
 
     @_exclusive
-    def prefill(self, ids) -> np.ndarray:
-        """Append ids (after the pending token, if any); returns their logits [len(ids), vocab]."""
-        rows = np.concatenate([logits[k:] for logits, k in self._append(ids, "logits")])
+    def prefill(self, ids, images=None) -> np.ndarray:
+        """Append ids (after the pending token, if any); returns their logits [len(ids), vocab].
+        `images`: one per image placeholder in ids (module docstring); the logits then have one
+        row per token of the expanded prompt."""
+        rows = np.concatenate([logits[k:] for logits, k in self._append(ids, "logits", images)])
         return self._finite(rows.reshape(-1, self.vocab_size))
 
     def _greedy_next(self, result) -> int:
@@ -231,20 +384,21 @@ class Session:
     @_exclusive
     def decode(self, token: int) -> np.ndarray:
         """Append one token (after the pending one, if any); returns its logits [vocab]."""
-        logits, _ = self._append([token], "logits")[-1]
+        logits, _ = self._append_prompt(self._text(token), "logits")[-1]
         return self._finite(logits[-1].reshape(-1))
 
     @_exclusive
     def decode_greedy(self, token: int) -> int:
         """Append one token; return the greedy next token, reading back only its id when the
         artifact computes it on the device (else the argmax of the logits)."""
-        return self._greedy_next(self._append([token], "next")[-1][0])
+        return self._greedy_next(self._append_prompt(self._text(token), "next")[-1][0])
 
     @_exclusive
-    def prefill_greedy(self, ids) -> int:
-        """Append ids; return the greedy next token (only its id is read back: the time to first
-        token of greedy generation does not include copying [len(ids), vocab] logits)."""
-        return self._greedy_next(self._append(ids, "next")[-1][0])
+    def prefill_greedy(self, ids, images=None) -> int:
+        """Append ids (with `images`, as prefill); return the greedy next token (only its id is
+        read back: the time to first token of greedy generation does not include copying
+        [len(ids), vocab] logits)."""
+        return self._greedy_next(self._append(ids, "next", images)[-1][0])
 
     @_exclusive
     def generate(
@@ -256,14 +410,17 @@ class Session:
         top_p: float = 1.0,
         seed: int | None = None,
         stop_at_eos: bool = True,
+        images=None,
     ) -> list[int]:
-        """Prefill ids (after the pending token, if any), then sample up to max_new_tokens;
-        returns the new tokens, the last of which becomes the pending token. Needs room for the
-        prompt and max_new_tokens - 1 more (the last token is not fed)."""
+        """Prefill ids (after the pending token, if any; with `images`, as prefill), then sample
+        up to max_new_tokens; returns the new tokens, the last of which becomes the pending token.
+        Needs room for the prompt (expanded, with images) and max_new_tokens - 1 more (the last
+        token is not fed)."""
         validate_sampling(temperature, top_k, top_p)
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
             raise SessionError(f"max_new_tokens must be a non-negative int (got {max_new_tokens!r})")
-        ids = self._check_ids(ids)
+        prompt = self._prompt(ids, images)
+        ids = prompt.ids
         fed = (self._pending is not None) + ids.size + max(max_new_tokens - 1, 0)
         if self._pos + fed > self.max_seq_len:
             raise SessionError(
@@ -274,9 +431,10 @@ class Session:
         rng = make_rng(seed)
         is_greedy = temperature == 0 or top_k == 1
         if is_greedy:
-            token = self.prefill_greedy(ids)
+            token = self._greedy_next(self._append_prompt(prompt, "next")[-1][0])
         else:
-            token = sample(self.prefill(ids)[-1], temperature, top_k, top_p, rng)
+            rows = np.concatenate([logits[k:] for logits, k in self._append_prompt(prompt, "logits")])
+            token = sample(self._finite(rows.reshape(-1, self.vocab_size))[-1], temperature, top_k, top_p, rng)
         out: list[int] = []
         for i in range(max_new_tokens):
             out.append(token)
@@ -288,6 +446,61 @@ class Session:
                 token = sample(self.decode(token), temperature, top_k, top_p, rng)
         self._pending = out[-1] if out else None
         return out
+
+
+class _Prompt:
+    """A checked prompt (Session._prompt): `ids` int64 (expanded, with images); with images their
+    `pixels` (preprocess's pixel_values [P, patch_dim] f32) and `grid` [n, 3]."""
+
+    def __init__(self, ids: np.ndarray, pixels: np.ndarray | None = None, grid: np.ndarray | None = None):
+        self.ids, self.pixels, self.grid = ids, pixels, grid
+
+
+def _image_list(images) -> list:
+    """`images` as a list (None: none); SessionError for a single image not in a list (bytes and
+    str are iterable: their items are not images)."""
+    if images is None:
+        return []
+    if not isinstance(images, (list, tuple)):
+        raise SessionError(
+            f"images must be a list (one image per placeholder: bytes, a file path or a PIL image), "
+            f"got {type(images).__name__}"
+        )
+    return list(images)
+
+
+def _rgb(image, i: int):
+    """(the RGB PIL image of `image`: encoded bytes, a path, or a PIL image; its name in errors)."""
+    from PIL import Image
+
+    from day0.runtime.images import decode_image, to_rgb
+
+    if isinstance(image, Image.Image):
+        name = f"images[{i}]"
+        return to_rgb(image, source=name), name
+    path = isinstance(image, (str, os.PathLike))
+    rgb = decode_image(image, source=None if path else f"images[{i}]")
+    return rgb, str(image) if path else f"images[{i}]"
+
+
+def _image_config(artifact_dir: Path, vision):
+    """The image processor's settings of an artifact with a vision tower (its
+    preprocessor_config.json, or runtime/images.py's defaults), checked against the tower's patch
+    sizes; ArtifactError otherwise."""
+    from day0.runtime.images import ImageConfig, ImageConfigError
+
+    try:
+        cfg = ImageConfig.from_file(artifact_dir / vision.image_config) if vision.image_config else ImageConfig()
+    except ImageConfigError as e:
+        raise ArtifactError(f"artifact {artifact_dir}: {e}") from None
+    ours = (cfg.patch_size, cfg.temporal_patch_size, cfg.merge_size, cfg.patch_dim)
+    theirs = (vision.patch_size, vision.temporal_patch_size, vision.merge_size, vision.patch_dim)
+    if ours != theirs:
+        raise ArtifactError(
+            f"artifact {artifact_dir}: the image processor's patch_size, temporal_patch_size, merge_size, "
+            f"patch_dim {ours} are not the vision tower's {theirs} (manifest vision)"
+        )
+    return cfg
 
 
 def _host_copy(array) -> np.ndarray:

@@ -221,32 +221,45 @@ class StepCaller(_Caller):
         copies of the results at indices `read`, the state results as DeviceArrays)."""
         copy, views = self._stage(name, inputs, self._staging, self._staged, self._inputs)
         v = self._value
-        self._value = v + 3
         self._device.queue_execute(copy, self._fence(v), self._fence(v + 1))
-
         views += [x._buffer_view for x in state]
-        fences = (self._fence(v + 1), self._fence(v + 2))
-        results, _ = self._invoke(name, views, fences, len(state) + outputs)
-        out = [results.get_as_object(i, rt.HalBufferView) for i in range(len(results))]
+        return self._run(name, views, v + 1, len(state) + outputs, read, outputs)
+
+    def call(self, name: str, args: Sequence, results: int, read: Sequence[int], outputs: int):
+        """Run entry point `name` on `args`, each a numpy array (copied into a fresh device buffer:
+        any dtype, e.g. the image entry points' float inputs) or a DeviceArray (consumed as by the
+        entry point); it returns `results` results. Returns (host copies of the results at indices
+        `read`, the results after the first `outputs` as DeviceArrays): a prompt with images
+        (Session), whose extra copies cost nothing beside the vision tower."""
+        views = [(self._vm.to_device(a) if isinstance(a, np.ndarray) else a)._buffer_view for a in args]
+        return self._run(name, views, self._value, results, read, outputs)
+
+    def _run(self, name: str, views: list, at: int, results: int, read: Sequence[int], outputs: int):
+        """Invoke `name` on `views` once the semaphore reaches `at` (its inputs are on the device
+        then), read back the results at `read`: __call__'s results."""
+        self._value = at + 2
+        fences = (self._fence(at), self._fence(at + 1))
+        returned, _ = self._invoke(name, views, fences, results)
+        out = [returned.get_as_object(i, rt.HalBufferView) for i in range(len(returned))]
 
         # IREE's local (CPU) devices resolve a copy's buffers while recording it, and these
         # results are allocated by the step: wait for it first there (a CPU step is milliseconds).
         # The CUDA driver records command buffers for replay and resolves them at issue.
         if self._vm.device_name != "cuda":
-            self._fence(v + 2).wait()
+            self._fence(at + 1).wait()
         back = rt.HalCommandBuffer(self._device)
-        pieces, at = [], 0
+        pieces, offset = [], 0
         for i in read:
             bv = out[i]
             dtype = rt.HalElementType.map_to_dtype(bv.element_type)
-            pieces.append((at, bv, np.dtype(dtype)))
-            at += _aligned(bv.byte_length)
-        host = self._read_buffer(at) if read else None
+            pieces.append((offset, bv, np.dtype(dtype)))
+            offset += _aligned(bv.byte_length)
+        host = self._read_buffer(offset) if read else None
         for at_i, bv, _ in pieces:
             back.copy(bv.get_buffer(), self._readback, 0, at_i, bv.byte_length)
         back.end()
-        self._device.queue_execute(back, self._fence(v + 2), self._fence(v + 3))
-        self._fence(v + 3).wait()
+        self._device.queue_execute(back, self._fence(at + 1), self._fence(at + 2))
+        self._fence(at + 2).wait()
         copies = [host[at_i : at_i + bv.byte_length].view(dtype).reshape(bv.shape).copy() for at_i, bv, dtype in pieces]
         return copies, [rt.DeviceArray(self._device, bv) for bv in out[outputs:]]
 

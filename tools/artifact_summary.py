@@ -19,8 +19,9 @@ _SIZE_FIELDS = (
 
 
 def summary_json(m) -> dict:
-    """The manifest's facts (runtime.artifact.Manifest) as a JSON-able dict."""
-    return {
+    """The manifest's facts (runtime.artifact.Manifest) as a JSON-able dict; `vision` only for an
+    artifact with a vision tower."""
+    out = {
         "architecture": m.architecture,
         "target": m.target,
         "devices": list(m.devices),
@@ -55,6 +56,16 @@ def summary_json(m) -> dict:
         "compile_flags": list(m.compile_flags),
         "tools": m.tools,
     }
+    if m.vision is not None:
+        v = m.vision
+        out["vision"] = {
+            "image_token_id": v.image_token_id,
+            "patch_dim": v.patch_dim,
+            "merge_size": v.merge_size,
+            "max_patches": v.max_patches,
+            "image_config": v.image_config,
+        }
+    return out
 
 
 def size(n: int) -> str:
@@ -110,6 +121,13 @@ def summary_text(artifact_dir: Path, m) -> str:
                 if pg.slots
                 else ""
             )
+        )
+    if m.vision is not None:
+        v = m.vision
+        lines.append(
+            f"images        vision tower: patches of {v.patch_dim} values, {v.merge_size}x{v.merge_size} a token "
+            f"(image token {v.image_token_id}), up to {v.max_patches} patches a call; image processor "
+            f"{v.image_config or 'defaults (no preprocessor_config.json)'}"
         )
     lines.append(f"compile flags {' '.join(m.compile_flags)}")
     lines.append(f"tools         {', '.join(f'{k} {v}' for k, v in m.tools.items())}")

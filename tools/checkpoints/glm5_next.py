@@ -4,7 +4,9 @@ written by save_pretrained (which stores the checkpoint names: q/k/v_conv1d, A_l
 experts.{e}.gate_proj ...). With `vision=True` (or a dict of vision-config overrides) the tower is
 one that matters: TINY_VISION_TOWER, two blocks whose out_hidden_size is the text hidden size, its
 weights randomized too (VISION_INITS), and the image/video special tokens (SPECIAL_TOKENS) moved
-into the tiny vocabulary; a text-only checkpoint is exactly what it was without the option.
+into the tiny vocabulary, and transformers' image processor settings for the tower's patch sizes
+saved beside it (preprocessor_config.json: Glm5NextImageProcessorPil's defaults otherwise); a
+text-only checkpoint is exactly what it was without the option.
 
 Random init is tweaked so that every feature matters and no selection hangs on a tie:
 initializer_range 0.1 (0.02 leaves the logits nearly flat); a random MoE e_score_correction_bias
@@ -182,10 +184,22 @@ def write_tiny_glm5_next_checkpoint(
     path, config_overrides: dict | None = None, seed: int = 0, *, vision: bool | dict = False
 ) -> Path:
     """Write a random Glm5NextForConditionalGeneration (float32) to the directory `path`; `vision`:
-    a tower that matters (tiny_glm5_next_config), randomized by VISION_INITS as well."""
+    a tower that matters (tiny_glm5_next_config), randomized by VISION_INITS as well, and its
+    image processor's settings (preprocessor_config.json, transformers' Glm5NextImageProcessorPil
+    with the tower's patch sizes)."""
     config = tiny_glm5_next_config(vision=vision, **(config_overrides or {}))
     inits = {**INITS, **VISION_INITS} if vision else INITS
-    return write_seeded(path, "Glm5NextForConditionalGeneration", config, seed, inits)
+    path = write_seeded(path, "Glm5NextForConditionalGeneration", config, seed, inits)
+    if vision:
+        import transformers
+
+        tower = config.vision_config
+        transformers.Glm5NextImageProcessorPil(
+            patch_size=tower.patch_size,
+            temporal_patch_size=tower.temporal_patch_size,
+            merge_size=tower.spatial_merge_size,
+        ).save_pretrained(path)
+    return path
 
 
 @torch.no_grad()
