@@ -45,9 +45,13 @@ class _Prefill(nn.Module):
         self.lm = lm
 
     def forward(self, ids, start, *state):
+        return self._step(ids, start, state, **({"first_turn": True} if self.first_turn else {}))
+
+    def _step(self, ids, start, state, **step_options):
+        """lm.step on the clamped ids and start, with `step_options`; (logits, next, *state)."""
         ids = ids.clamp(0, self.lm.cfg.vocab_size - 1)
         start = start.clamp(0, self.lm.max_seq_len - ids.shape[0])
-        logits, *state = self.lm.step(ids, start, *state, **({"first_turn": True} if self.first_turn else {}))
+        logits, *state = self.lm.step(ids, start, *state, **step_options)
         return (logits, greedy_token(logits, batched=False), *state)
 
 
@@ -62,10 +66,7 @@ class _PrefillImages(_Prefill):
     clamps the rows into [-1, N - 1] in the traced graph)."""
 
     def forward(self, ids, start, features, feature_rows, *state):
-        ids = ids.clamp(0, self.lm.cfg.vocab_size - 1)
-        start = start.clamp(0, self.lm.max_seq_len - ids.shape[0])
-        logits, *state = self.lm.step(ids, start, *state, features=features, feature_rows=feature_rows)
-        return (logits, greedy_token(logits, batched=False), *state)
+        return self._step(ids, start, state, features=features, feature_rows=feature_rows)
 
 
 class _EncodeImage(nn.Module):

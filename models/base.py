@@ -8,6 +8,7 @@ tree mirrors the checkpoint's tensor names exactly.
 """
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -39,6 +40,21 @@ class Backbone(nn.Module):
 CACHE_DTYPES = ("float32", "bfloat16")
 # state of a fixed size per sequence (not per position): a paged step keeps it in slots
 SEQUENCE_KINDS = frozenset({"conv_tail", "kda_state"})
+
+
+def allocate_empty(build: Callable[[], nn.Module], dtypes: dict[str, torch.dtype] | None = None) -> nn.Module:
+    """The module `build` makes, its parameters allocated on the CPU but not initialized (untouched
+    pages cost no memory); floating parameters take the dtype the checkpoint stores (`dtypes`:
+    parameter name -> dtype), packed integer ones (MXFP4 bytes) keep theirs. Buffers are left
+    uninitialized too: the caller computes the ones it needs."""
+    with torch.device("meta"):
+        m = build()
+    m = m.to_empty(device="cpu")
+    for name, p in m.named_parameters():
+        want = (dtypes or {}).get(name)
+        if want is not None and p.is_floating_point() and want.is_floating_point and want != p.dtype:
+            p.data = torch.empty(p.shape, dtype=want)
+    return m
 
 
 class CausalLM(nn.Module):
@@ -91,13 +107,7 @@ class CausalLM(nn.Module):
         """Parameters allocated but not initialized (untouched pages cost no memory); floating
         parameters take the dtype the checkpoint stores (`dtypes`: name -> dtype), packed integer
         ones (MXFP4 bytes) keep theirs; the rope table is computed."""
-        with torch.device("meta"):
-            m = cls(cfg, max_seq_len, cache_dtype)
-        m = m.to_empty(device="cpu")
-        for name, p in m.named_parameters():
-            want = (dtypes or {}).get(name)
-            if want is not None and p.is_floating_point() and want.is_floating_point and want != p.dtype:
-                p.data = torch.empty(p.shape, dtype=want)
+        m = allocate_empty(lambda: cls(cfg, max_seq_len, cache_dtype), dtypes)
         if m.rope_dim():  # 0: no rotary anywhere (kimi_linear's NoPE attention), no table
             inv_freq, scaling = rope_frequencies(cfg, m.rope_dim())
             cos, sin = rope_table(inv_freq, max_seq_len, scaling)

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from day0.models.base import ParameterShapes
+from day0.models.base import ParameterShapes, allocate_empty
 from day0.models.checkpoint import CheckpointError
 from day0.models.config import (
     ROPE_FIELDS,
@@ -254,13 +254,7 @@ class VisionTower(nn.Module):
     def empty(cls, cfg, dtypes: dict[str, torch.dtype] | None = None) -> VisionTower:
         """Parameters allocated but not initialized, floating ones in the dtype the checkpoint
         stores (`dtypes`: name relative to PREFIX -> dtype); the rope frequencies computed."""
-        with torch.device("meta"):
-            m = cls(cfg)
-        m = m.to_empty(device="cpu")
-        for name, p in m.named_parameters():
-            want = (dtypes or {}).get(name)
-            if want is not None and want.is_floating_point and want != p.dtype:
-                p.data = torch.empty(p.shape, dtype=want)
+        m = allocate_empty(lambda: cls(cfg), dtypes)
         m.inv_freq = axial_inv_freq(m.cfg)
         return m.requires_grad_(False)
 

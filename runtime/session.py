@@ -215,13 +215,9 @@ class Session:
             return [(self._run(self._decode, ids, want), 0)]
         return [(self._run(self._prefill_first if self._pos == 0 else self._prefill, ids, want), 0)]
 
-    def _append(self, ids, want: str | None, images=None) -> list:
-        """Append the pending token (if any) and ids (with `images`: module docstring); returns
+    def _append(self, prompt: "_Prompt", want: str | None) -> list:
+        """Append the pending token (if any) and a checked prompt (`_prompt`, `_text`); returns
         _run_prompt's pieces with the pending token's row dropped."""
-        return self._append_prompt(self._prompt(ids, images), want)
-
-    def _append_prompt(self, prompt: "_Prompt", want: str | None) -> list:
-        """_append of a checked prompt (`_prompt`)."""
         if prompt.pixels is not None:
             features, rows = self._encode(prompt)
             ids, skip = self._take_pending(prompt.ids)
@@ -230,6 +226,16 @@ class Session:
         ids, skip = self._take_pending(prompt.ids)
         pieces = self._run_prompt(ids, want)
         return [(pieces[0][0], pieces[0][1] + skip), *pieces[1:]]
+
+    def _logits(self, prompt: "_Prompt") -> np.ndarray:
+        """_append the prompt; its logits [len(prompt.ids), vocab], checked finite."""
+        rows = np.concatenate([logits[k:] for logits, k in self._append(prompt, "logits")])
+        return self._finite(rows.reshape(-1, self.vocab_size))
+
+    def _next(self, prompt: "_Prompt") -> int:
+        """_append the prompt; the greedy next token (only its id read back where the device
+        computes it)."""
+        return self._greedy_next(self._append(prompt, "next")[-1][0])
 
     def _text(self, token) -> "_Prompt":
         """One token to decode, checked: any id of the vocabulary, the image placeholder too (a
@@ -369,8 +375,7 @@ class Session:
         """Append ids (after the pending token, if any); returns their logits [len(ids), vocab].
         `images`: one per image placeholder in ids (module docstring); the logits then have one
         row per token of the expanded prompt."""
-        rows = np.concatenate([logits[k:] for logits, k in self._append(ids, "logits", images)])
-        return self._finite(rows.reshape(-1, self.vocab_size))
+        return self._logits(self._prompt(ids, images))
 
     def _greedy_next(self, result) -> int:
         """The greedy token from the last piece's result: its id when the artifact chose it on
@@ -384,21 +389,21 @@ class Session:
     @_exclusive
     def decode(self, token: int) -> np.ndarray:
         """Append one token (after the pending one, if any); returns its logits [vocab]."""
-        logits, _ = self._append_prompt(self._text(token), "logits")[-1]
+        logits, _ = self._append(self._text(token), "logits")[-1]
         return self._finite(logits[-1].reshape(-1))
 
     @_exclusive
     def decode_greedy(self, token: int) -> int:
         """Append one token; return the greedy next token, reading back only its id when the
         artifact computes it on the device (else the argmax of the logits)."""
-        return self._greedy_next(self._append_prompt(self._text(token), "next")[-1][0])
+        return self._next(self._text(token))
 
     @_exclusive
     def prefill_greedy(self, ids, images=None) -> int:
         """Append ids (with `images`, as prefill); return the greedy next token (only its id is
         read back: the time to first token of greedy generation does not include copying
         [len(ids), vocab] logits)."""
-        return self._greedy_next(self._append(ids, "next", images)[-1][0])
+        return self._next(self._prompt(ids, images))
 
     @_exclusive
     def generate(
@@ -431,10 +436,9 @@ class Session:
         rng = make_rng(seed)
         is_greedy = temperature == 0 or top_k == 1
         if is_greedy:
-            token = self._greedy_next(self._append_prompt(prompt, "next")[-1][0])
+            token = self._next(prompt)
         else:
-            rows = np.concatenate([logits[k:] for logits, k in self._append_prompt(prompt, "logits")])
-            token = sample(self._finite(rows.reshape(-1, self.vocab_size))[-1], temperature, top_k, top_p, rng)
+            token = sample(self._logits(prompt)[-1], temperature, top_k, top_p, rng)
         out: list[int] = []
         for i in range(max_new_tokens):
             out.append(token)
