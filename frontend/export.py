@@ -137,6 +137,9 @@ class _PagedStep(nn.Module):
         self.block_rows = pools[0].shape[0] if pools else 0  # the first pool's rows per block
 
     def forward(self, ids, positions, tables, slots, prev, logits_out, next_out, *state):
+        return self._step(ids, positions, tables, slots, prev, logits_out, next_out, state)
+
+    def _step(self, ids, positions, tables, slots, prev, logits_out, next_out, state, **step_options):
         ids = torch.where(ids < 0, prev[(-1 - ids).clamp(0, prev.shape[0] - 1)], ids)
         ids = ids.clamp(0, self.lm.cfg.vocab_size - 1)
         positions = positions.clamp(0, self.lm.max_seq_len - 1).clamp(max=tables.shape[1] * self.block - 1)
@@ -145,11 +148,33 @@ class _PagedStep(nn.Module):
         if len(state) > self.pools:  # slot tensors follow the pools
             slots = slots.clamp(0, state[self.pools].shape[0] - 1)
         logits, *state = self.lm.step_paged(
-            ids, positions, tables, slots, *state, block=self.block, batched=self.batched, last=self.last
+            ids,
+            positions,
+            tables,
+            slots,
+            *state,
+            block=self.block,
+            batched=self.batched,
+            last=self.last,
+            **step_options,
         )
         logits_out.copy_(logits)
         next_out.copy_(greedy_token(logits, self.batched))
         return tuple(state)
+
+
+class _PagedImageStep(_PagedStep):
+    """A prompt chunk with images over paged state (`paged_prefill_mm`): _PagedStep's arguments
+    with features [N, hidden] f32 and feature_rows [S] i64 after next_out, as prefill_mm's
+    (_PrefillImages): the Engine passes every chunk of a prompt the same features and its own
+    slice of the prompt's feature rows."""
+
+    def __init__(self, lm, block: int):
+        super().__init__(lm, block, batched=False)
+
+    def forward(self, ids, positions, tables, slots, prev, logits_out, next_out, features, feature_rows, *state):
+        mm = {"features": features, "feature_rows": feature_rows}
+        return self._step(ids, positions, tables, slots, prev, logits_out, next_out, state, **mm)
 
 
 def greedy_token(logits, batched: bool):
@@ -181,18 +206,21 @@ class PagedExport:
     with `chunk` > 0 `paged_prefill_chunk` (S = chunk, static, the last row's logits only: IREE
     compiles a static row count's matmuls for the tensor cores, a dynamic one's as matvecs), and
     `paged_decode_<B>` for each batch size B; pools of whole `block`-position blocks, their count
-    dynamic (chosen at load)."""
+    dynamic (chosen at load). With `images` (a model with a vision tower, export_model's images)
+    also `paged_prefill_mm` (_PagedImageStep: a chunk of a prompt with images, S dynamic)."""
 
     block: int
     batch_sizes: tuple[int, ...]
     chunk: int = 0
+    images: bool = False
 
 
 def paged_entry_points(paged: PagedExport | None) -> list[str]:
     if paged is None:
         return []
     static = ["paged_prefill_chunk"] if paged.chunk else []
-    return ["paged_prefill", *static] + [f"paged_decode_{b}" for b in paged.batch_sizes]
+    images = ["paged_prefill_mm"] if paged.images else []
+    return ["paged_prefill", *static, *images] + [f"paged_decode_{b}" for b in paged.batch_sizes]
 
 
 def _paged_wrappers(lm, max_seq_len: int, paged: PagedExport) -> dict:
@@ -220,6 +248,15 @@ def _paged_wrappers(lm, max_seq_len: int, paged: PagedExport) -> dict:
             _PagedStep(lm, paged.block, batched=False, last=True),
             (zeros(c), zeros(c), zeros(1, 2), zeros(1), prev, torch.zeros(1, vocab), zeros(1), *examples),
             (None, None, {1: blocks}, None, None, None, None, state_shapes),
+        )
+    if paged.images:
+        rows = Dim("feature_rows", min=2, max=max_seq_len)
+        hidden = lm.cfg.hidden_size
+        wrappers["paged_prefill_mm"] = (
+            _PagedImageStep(lm, paged.block),
+            (zeros(4), zeros(4), zeros(1, 2), zeros(1), prev, torch.zeros(4, vocab), zeros(1))
+            + (torch.zeros(3, hidden), torch.full((4,), -1), *examples),
+            ({0: seq}, {0: seq}, {1: blocks}, None, None, {0: seq}, None, {0: rows}, {0: seq}, state_shapes),
         )
     for b in paged.batch_sizes:
         wrappers[f"paged_decode_{b}"] = (

@@ -217,7 +217,7 @@ def compile_checkpoint(
     try:
         progress("export", "start")
         chunk = prefill_chunk(model, options)
-        paged = paged_export(model, options)
+        paged = paged_export(model, options, images=vision is not None)
         exported = export_model(
             model,
             options.max_seq_len,
@@ -336,8 +336,9 @@ def vision_layout(model, ckpt, options: BuildOptions):
     )
 
 
-def paged_export(model, options: BuildOptions):
-    """The paged entry points to export (frontend/export.py PagedExport), None without --max-batch."""
+def paged_export(model, options: BuildOptions, images: bool = False):
+    """The paged entry points to export (frontend/export.py PagedExport), None without --max-batch;
+    `images`: with the image chunk step (the artifact runs images)."""
     from day0.frontend.export import PagedExport
 
     if not options.max_batch:
@@ -349,7 +350,7 @@ def paged_export(model, options: BuildOptions):
             f"k-pools of the indexer (index_kpool = {multiple} in config.json)"
         )
     sizes = tuple(b for b in BATCH_SIZES if b < options.max_batch) + (options.max_batch,)
-    return PagedExport(options.block_size, sizes, prefill_chunk(model, options))
+    return PagedExport(options.block_size, sizes, prefill_chunk(model, options), images)
 
 
 def _compile_artifact(lowered: str, target, options: BuildOptions, vmfb: Path, stages, out_dir: Path, progress):
@@ -393,16 +394,18 @@ def paged_entry_points(paged) -> dict:
     most = max(paged.batch_sizes)
     prev = f"prev[{most}] int64 (an earlier step's next; ids < 0 read prev[-1 - id])"
 
-    def entry(n: str, g: int, rows: str, next_: str, **kw) -> EntryPoint:
+    def entry(n: str, g: int, rows: str, next_: str, extra: tuple = (), **kw) -> EntryPoint:
         ins = (f"ids[{n}] int64", f"positions[{n}] int64", f"tables[{g},nb] int64", f"slots[{g}] int64", prev)
         outs = (f"logits_out[{rows},V] float32 (written)", f"next_out[{g}] int64 (written): {next_}")
-        return EntryPoint((*ins, *outs, state), (state,), layout="paged", **kw)
+        return EntryPoint((*ins, *outs, *extra, state), (state,), layout="paged", **kw)
 
     out = {"paged_prefill": entry("S", 1, "S", NEXT, min_len=2)}
     if paged.chunk:
         out["paged_prefill_chunk"] = entry(
             str(paged.chunk), 1, "1", NEXT + ", the logits of the last row only", static_len=paged.chunk
         )
+    if paged.images:  # a chunk of a prompt with images: prefill_mm's features and rows
+        out["paged_prefill_mm"] = entry("S", 1, "S", NEXT, ENTRY_POINTS["prefill_mm"]["inputs"][2:4], min_len=2)
     for b in paged.batch_sizes:
         out[f"paged_decode_{b}"] = entry(str(b), b, str(b), "per row, -1 where not finite", batch=b)
     return out

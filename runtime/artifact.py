@@ -51,6 +51,7 @@ class WeightsError(ArtifactError):
 NON_FINITE_TOKEN = -1
 # the image entry points of an artifact with a vision tower (VisionLayout)
 IMAGE_ENCODER, IMAGE_PREFILL = "encode_image", "prefill_mm"
+PAGED_IMAGE_PREFILL = "paged_prefill_mm"  # the Engine's chunk of a prompt with images
 
 
 @dataclass(frozen=True)
@@ -421,6 +422,10 @@ def check_signatures(manifest: Manifest, reflection: dict[str, dict[str, str]], 
             expected_args = [((n,), "int64"), ((n,), "int64"), ((g, None), "int64"), ((g,), "int64")]
             expected_args += [((max(manifest.paged.batch_sizes),), "int64"), ((rows, manifest.vocab_size), "float32")]
             expected_args += [((g,), "int64"), *state]
+            if name == PAGED_IMAGE_PREFILL:  # features [N, hidden], feature_rows [S] after next_out
+                if manifest.vision is None:
+                    raise ArtifactError(f"{where}: image entry point '{name}' but no vision layout in the manifest")
+                expected_args[7:7] = [((None, manifest.vision.hidden_size), "float32"), ((None,), "int64")]
         else:
             state = [(tuple(s.shape), s.dtype) for s in manifest.state]
             ids_len = entry.static_len or None

@@ -16,6 +16,16 @@ slots, or by default enough for each running sequence to reach max_seq_len.
 Requests are of a kind, "text" or "image" (image-bearing: their prefill also runs the vision
 tower), and each kind waits in its own queue, so that neither kind stalls the other.
 
+Images (an artifact with a vision tower and `paged_prefill_mm`: glm5_next with a vision_config,
+compiled with --max-batch): `add(ids, images=[...])` takes one image placeholder per image in ids,
+as Session.prefill does (runtime/image_prompt.py); the images are decoded, preprocessed and the
+placeholders expanded at `add`, so a bad image is refused there and nothing else is touched. The
+request's first prompt chunk runs each image through `encode_image` and keeps the features on the
+device until its prompt has run; every chunk holding image rows runs `paged_prefill_mm` with the
+features and its slice of the feature rows (the others `paged_prefill`). An image row never runs
+as a decode row: an image request's pieces are at least 2 tokens (a step's chunk may run one
+token over) and leave no lone last row.
+
 One `step`:
  1. Admission: a queue's head is admitted when the pool can reserve its whole need (prompt +
     max_new_tokens - 1 positions) and a slot is free, so a running sequence never waits for a
@@ -56,12 +66,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from day0.runtime.artifact import NON_FINITE_TOKEN, Manifest
+from day0.runtime.artifact import IMAGE_ENCODER, NON_FINITE_TOKEN, PAGED_IMAGE_PREFILL, Manifest
 from day0.runtime.blocks import SCRATCH_BLOCK, BlockPool
+from day0.runtime.image_prompt import ImagePrompt, ImagePrompts, image_list
 from day0.runtime.loading import open_artifact, token_ids
 from day0.runtime.sampling import logprobs, make_rng, sample, validate_sampling
 from day0.runtime.state_file import np_dtype
-from day0.runtime.step_call import PagedCaller, Pending
+from day0.runtime.step_call import PagedCaller, Pending, StepCaller
 
 SCRATCH_SLOT = 0  # the slot padding rows of a batched step use; never a sequence's
 KINDS = ("text", "image")  # request kinds, each with its own waiting queue
@@ -87,6 +98,17 @@ class Progress:
 
 
 @dataclass
+class _Images:
+    """A prompt's images (add(..., images=...)): preprocessed at add, encoded by the sequence's
+    first prompt chunk (`features` on the device, dropped once the prompt has run); `rows` [prompt]
+    int64: the feature row of each prompt position, -1 for text."""
+
+    prompt: ImagePrompt
+    features: object = None  # DeviceArray [N, hidden] f32, N >= 2
+    rows: np.ndarray | None = None
+
+
+@dataclass
 class _Sequence:
     id: int
     prompt: np.ndarray
@@ -99,6 +121,7 @@ class _Sequence:
     rng: np.random.Generator
     logprobs: int | None = None
     kind: str = "text"
+    images: _Images | None = None
     slot: int = SCRATCH_SLOT  # its per-sequence state's slot, once admitted
     fed: int = 0  # tokens in the cache (prompt first, then generated ones)
     out: list[int] = field(default_factory=list)
@@ -142,8 +165,10 @@ class Engine:
         chunk: int | None,
         max_running: int | None = None,
         lookahead: bool = True,
+        artifact_dir=None,
     ):
-        """Engine.load's arguments, as there."""
+        """Engine.load's arguments, as there (`artifact_dir`: where the artifact's image processor
+        settings are, for an artifact that runs images)."""
         if manifest.paged is None:
             raise EngineError("the artifact has no paged entry points: compile it with --max-batch N for the Engine")
         self.layout = manifest.paged
@@ -174,6 +199,10 @@ class Engine:
         self._ahead: _Decode | None = None  # the next step's decode, submitted by this one
         # at the latest when the Engine goes (or the interpreter exits): no submission left running
         self._drain = weakref.finalize(self, self._caller.drain)
+        # images: an artifact with a vision tower and the paged image step (None: text only)
+        self.vision = manifest.vision if PAGED_IMAGE_PREFILL in manifest.entry_points else None
+        self._images = ImagePrompts(artifact_dir, self.vision, EngineError) if self.vision is not None else None
+        self._encoder = StepCaller(vm, [1]) if self.vision is not None else None  # encode_image, synchronous
         self._ids = itertools.count()
         self._waiting: dict[str, list[_Sequence]] = {k: [] for k in KINDS}
         self._running: dict[int, _Sequence] = {}
@@ -202,7 +231,7 @@ class Engine:
         if chunk is not None and (not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1):
             raise EngineError(f"chunk must be an integer >= 1, got {chunk!r}")
         manifest, vm = open_artifact(artifact_dir, device, verify, checkpoint_dir)
-        return cls(manifest, vm, num_blocks, memory_bytes, chunk, max_running, lookahead)
+        return cls(manifest, vm, num_blocks, memory_bytes, chunk, max_running, lookahead, artifact_dir)
 
     # -- requests -------------------------------------------------------------------------------
     def add(
@@ -217,12 +246,17 @@ class Engine:
         keep_logits: bool = False,
         logprobs: int | None = None,
         kind: str = "text",
+        images=None,
     ) -> int:
         """Queue a request; returns its id. `stop`: token ids that end it (default: the model's
         EOS ids; () for none). `logprobs`: report each new token's log-probability and the
         `logprobs` most likely alternatives (0: the chosen token's only; None: nothing). `kind`:
-        "text" or "image", the queue it waits in. Refused (EngineError) when it could never run:
-        longer than max_seq_len, or more blocks than the whole pool."""
+        "text" or "image", the queue it waits in. `images`: a list, one per image placeholder
+        (image_token_id) in ids, as Session.prefill's (each placeholder expanded to its image's
+        tokens; the request is then of kind "image"). Refused (EngineError, or ImageError for an
+        image that cannot be decoded) when it could never run: longer than max_seq_len, more
+        blocks than the whole pool, images for a text-only artifact, placeholders that are not the
+        images in number."""
         validate_sampling(temperature, top_k, top_p)
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise EngineError(f"max_new_tokens must be an integer >= 1 (got {max_new_tokens!r})")
@@ -233,6 +267,9 @@ class Engine:
         if kind not in KINDS:
             raise EngineError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
         prompt = token_ids(ids, self.vocab_size, EngineError)
+        prompt, images = self._image_prompt(prompt, image_list(images, EngineError))
+        if images is not None:
+            kind = "image"
         seq = _Sequence(
             next(self._ids),
             prompt,
@@ -245,6 +282,7 @@ class Engine:
             make_rng(seed),
             logprobs,
             kind,
+            images,
         )
         if seq.need > self.max_seq_len:
             raise EngineError(
@@ -259,6 +297,33 @@ class Engine:
             )
         self._waiting[kind].append(seq)
         return seq.id
+
+    def _image_prompt(self, prompt: np.ndarray, images: list) -> tuple[np.ndarray, _Images | None]:
+        """(the prompt, expanded, and its images) of a request; nothing runs on the device."""
+        if images and self._images is None:
+            why = (
+                "has no vision tower"
+                if self.manifest.vision is None
+                else f"has no paged image step ({PAGED_IMAGE_PREFILL}): compile it again"
+            )
+            raise EngineError(f"{len(images)} image(s) given, but this artifact ({self.manifest.architecture}) {why}")
+        if self._images is None or not images and not (prompt == self.vision.image_token_id).any():
+            return prompt, None
+        p = self._images.prompt(prompt, images)
+        if p.ids.size < 2:
+            raise EngineError("a prompt with images needs at least 2 tokens (the image step's shortest chunk)")
+        return p.ids, _Images(p)
+
+    @property
+    def image_config(self):
+        """The image processor's settings (runtime/images.py ImageConfig), None when text only."""
+        return None if self._images is None else self._images.config
+
+    def image_prompt(self, ids, images) -> list[int]:
+        """The prompt `add(ids, images=images)` would run: each image placeholder expanded to its
+        image's token count (the images are decoded and preprocessed, not encoded)."""
+        prompt, _ = self._image_prompt(token_ids(ids, self.vocab_size, EngineError), image_list(images, EngineError))
+        return prompt.tolist()
 
     def abort(self, rid: int) -> bool:
         """Stop a waiting or running request and free its blocks; False if it is not known."""
@@ -354,47 +419,79 @@ class Engine:
         self.blocks.release(rid)
         self._free_slots.append(seq.slot)
 
-    def _call(self, name: str, ids, positions, tables, slots, logits: bool):
+    def _call(self, name: str, ids, positions, tables, slots, logits: bool, extra=()):
         """One paged step over the Engine's state, run to its end; returns (the logits rows on the
         host, or None unless `logits`; the device's next tokens on the host)."""
-        pending = self._submit(name, ids, positions, tables, slots, logits)
+        pending = self._submit(name, ids, positions, tables, slots, logits, extra=extra)
         return self._caller.finish(pending)
 
-    def _submit(self, name: str, ids, positions, tables, slots, logits: bool, prev: Pending | None = None) -> Pending:
+    def _submit(
+        self, name: str, ids, positions, tables, slots, logits: bool, prev: Pending | None = None, extra=()
+    ) -> Pending:
         rows = 1 if name == self._prefill_static else len(ids)
         pending, self._state = self._caller.submit(
-            name, [ids, positions, tables, slots], self._state, rows, logits, prev
+            name, [ids, positions, tables, slots], self._state, rows, logits, prev, extra
         )
         return pending
+
+    def _encode(self, seq: _Sequence, progress: dict[int, Progress]) -> bool:
+        """Run `seq`'s images through the vision tower (encode_image, one call per image) and keep
+        their features on the device; False (the request finished "nonfinite") when they are not
+        finite."""
+
+        def encode(pixels, positions, segments):
+            host, _ = self._encoder.call(IMAGE_ENCODER, [pixels, positions, segments], 1, (0,), 1)
+            return host[0]
+
+        try:
+            features, rows = self._images.encode(encode, seq.images.prompt)
+        except EngineError:
+            seq.finished = progress.setdefault(seq.id, Progress()).finished = "nonfinite"
+            return False
+        seq.images.features, seq.images.rows = self._vm.to_device(features), rows
+        return True
 
     def _prompt_pieces(self, seq: _Sequence) -> list[tuple[int, int, bool]]:
         """This step's calls for `seq`'s prompt, (start, end, static), at most `chunk` tokens of
         work in all (module docstring)."""
         n, at, budget, c = seq.prompt.size, seq.fed, self.chunk, self.static_chunk
-        static = c and n >= c and not seq.keep_logits
+        static = c and n >= c and not seq.keep_logits and seq.images is None
         pieces = []
         while at < n and budget > 0:
             if static and budget >= c:
                 start = min(at, n - c)  # the last piece overlaps the one before it
                 pieces.append((start, start + c, True))
                 budget, at = budget - c, start + c
-            else:
-                end = min(n, at + budget)
-                pieces.append((at, end, False))
-                budget, at = budget - (end - at), end
+                continue
+            take = min(budget, n - at)
+            if seq.images is not None:  # pieces of >= 2 rows: an image row never runs as a decode row
+                if take < 2:
+                    if pieces:
+                        break
+                    take = min(2, n - at)
+                if n - at - take == 1:  # and none leaves a lone last row
+                    take = take - 1 if take > 2 else take + 1
+            pieces.append((at, at + take, False))
+            budget, at = budget - take, at + take
         return pieces
 
     def _run_prompt_chunk(self, seq: _Sequence, progress: dict[int, Progress]) -> None:
+        if seq.images is not None and seq.images.features is None and not self._encode(seq, progress):
+            return
         for start, end, static in self._prompt_pieces(seq):
             if end - start == 1:  # the prefill steps take >= 2 tokens; one runs as a decode row
                 self._run_decode([seq], progress, prompt_token=True)
                 continue
-            fn = self._prefill_static if static else self._prefill
+            fn, extra = self._prefill_static if static else self._prefill, ()
+            if seq.images is not None and (seq.images.rows[start:end] >= 0).any():
+                fn, extra = PAGED_IMAGE_PREFILL, (seq.images.features, self._vm.to_device(seq.images.rows[start:end]))
             positions = np.arange(start, end, dtype=np.int64)
             table = np.array(self._table(seq, end), dtype=np.int64)[None, :]
             slot = np.array([seq.slot], dtype=np.int64)
-            host, nxt = self._call(fn, seq.prompt[start:end], positions, table, slot, seq.needs_row)
+            host, nxt = self._call(fn, seq.prompt[start:end], positions, table, slot, seq.needs_row, extra)
             seq.fed = end
+            if seq.images is not None and not seq.in_prompt:
+                seq.images = None  # the features' device memory goes
             p = progress.setdefault(seq.id, Progress())
             if seq.keep_logits:  # never a static piece: its rows are all there
                 p.logits.extend(host)

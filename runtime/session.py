@@ -43,13 +43,13 @@ are not finite (NaN or infinity: bad weights or config) end the call with a Sess
 """
 
 import functools
-import os
 import threading
 from pathlib import Path
 
 import numpy as np
 
-from day0.runtime.artifact import IMAGE_ENCODER, IMAGE_PREFILL, NON_FINITE_TOKEN, ArtifactError, Manifest
+from day0.runtime.artifact import IMAGE_ENCODER, IMAGE_PREFILL, NON_FINITE_TOKEN, Manifest
+from day0.runtime.image_prompt import ImagePrompts, image_list
 from day0.runtime.loading import open_artifact, token_ids
 from day0.runtime.sampling import greedy, make_rng, sample, validate_sampling
 from day0.runtime.state_file import np_dtype
@@ -100,7 +100,7 @@ class Session:
         self._caller = StepCaller(vm, [max(self.max_seq_len, self._chunk_len or 0), 1])  # ids, position
         # images: the vision tower's layout and the image processor's settings (None: text only)
         self.vision = manifest.vision
-        self._image_config = _image_config(self.artifact_dir, self.vision) if self.vision is not None else None
+        self._images = ImagePrompts(self.artifact_dir, self.vision, SessionError) if self.vision is not None else None
         self.reset()
 
     @classmethod
@@ -219,7 +219,7 @@ class Session:
         """Append the pending token (if any) and a checked prompt (`_prompt`, `_text`); returns
         _run_prompt's pieces with the pending token's row dropped."""
         if prompt.pixels is not None:
-            features, rows = self._encode(prompt)
+            features, rows = self._images.encode(self._encode_image, prompt)
             ids, skip = self._take_pending(prompt.ids)
             rows = np.concatenate([np.full(skip, -1, dtype=np.int64), rows])
             return [(self._run_images(ids, features, rows, want), skip)]
@@ -247,83 +247,35 @@ class Session:
         """ids checked (token ids; with images, placeholders and room too) and, with images, expanded
         and the images preprocessed; nothing runs on the device and the state is untouched."""
         arr = token_ids(ids, self.vocab_size, SessionError)
-        images = _image_list(images)
+        images = image_list(images, SessionError)
         if images and self.vision is None:
             raise SessionError(
                 f"{len(images)} image(s) given, but this artifact ({self.manifest.architecture}) has no vision "
                 f"tower: compile a checkpoint with a vision_config (and its image_token_id in the vocabulary) "
                 f"to give images"
             )
-        if self.vision is None:
+        if self.vision is None or not images and not (arr == self.vision.image_token_id).any():
             self._check_room(arr.size)
             return _Prompt(arr)
-        token = self.vision.image_token_id
-        found = int((arr == token).sum())
-        if found != len(images):
-            raise SessionError(
-                f"the prompt has {found} image placeholder token(s) (id {token}) but {len(images)} image(s) "
-                f"were given: put one placeholder in the ids for each image, in order (the Session expands it "
-                f"to the image's tokens)"
-            )
-        if not images:
-            self._check_room(arr.size)
-            return _Prompt(arr)
-        from day0.runtime.images import expand_image_placeholders
-
-        pixels, grid, counts = self._preprocess(images)
-        expanded = np.asarray(expand_image_placeholders(arr, token, counts), dtype=np.int64)
-        total = self._pos + (self._pending is not None) + expanded.size
+        p = self._images.prompt(arr, images)
+        total = self._pos + (self._pending is not None) + p.ids.size
         if total > self.max_seq_len:
             pending = " and the pending token" if self._pending is not None else ""
             raise SessionError(
-                f"the prompt's {arr.size - found} text token(s) and {found} image(s) of "
-                f"{' + '.join(map(str, counts))} image tokens make {expanded.size} tokens; with {self._pos} in the "
+                f"the prompt's {arr.size - len(images)} text token(s) and {len(images)} image(s) of "
+                f"{' + '.join(map(str, p.counts))} image tokens make {p.ids.size} tokens; with {self._pos} in the "
                 f"state{pending} the sequence would reach {total}, more than the artifact's max_seq_len "
                 f"{self.max_seq_len} (fewer or smaller images, a smaller max_image_tokens in the artifact's "
                 f"preprocessor_config.json, or compile with a larger --max-seq-len)"
             )
-        if expanded.size + (self._pending is not None) < 2:
+        if p.ids.size + (self._pending is not None) < 2:
             raise SessionError("a prompt with images needs at least 2 tokens (prefill_mm's shortest prompt)")
-        return _Prompt(expanded, pixels, grid)
+        return _Prompt(p.ids, p.pixels, p.grid)
 
-    def _preprocess(self, images: list) -> tuple[np.ndarray, np.ndarray, list[int]]:
-        """(pixel_values [P, patch_dim] f32, grid_thw [n, 3], image tokens of each image) of the
-        images, decoded and preprocessed with the artifact's image processor settings."""
-        from day0.runtime.images import image_tokens, preprocess
-
-        rgb, sources = zip(*(_rgb(image, i) for i, image in enumerate(images)))
-        pixels, grid = preprocess(list(rgb), self._image_config, sources=list(sources))
-        return pixels, grid, image_tokens(grid, self.vision.merge_size)
-
-    def _features(self, pixels: np.ndarray, grid: np.ndarray) -> np.ndarray:
-        """The features [N, hidden] f32 of preprocessed images: each through encode_image on its
-        own (the tower attends within an image; one call per image keeps the P² scores per image)."""
-        from day0.runtime.images import vision_inputs
-
-        out, at = [], 0
-        for t, h, w in grid.tolist():
-            patches = t * h * w
-            positions, segments = vision_inputs([[t, h, w]], self.vision.merge_size)
-            host, _ = self._caller.call(IMAGE_ENCODER, [pixels[at : at + patches], positions, segments], 1, (0,), 1)
-            out.append(host[0])
-            at += patches
-        features = np.concatenate(out)
-        if not np.isfinite(features).all():
-            raise SessionError(
-                "the vision tower's features are not finite (NaN or infinity): the checkpoint's vision weights or "
-                "config values are broken"
-            )
-        return features
-
-    def _encode(self, prompt: "_Prompt") -> tuple[np.ndarray, np.ndarray]:
-        """(features [N, hidden] f32, padded to at least 2 rows, feature_rows [len(prompt.ids)])."""
-        from day0.runtime.images import image_feature_rows
-
-        features = self._features(prompt.pixels, prompt.grid)
-        rows = image_feature_rows(prompt.ids, self.vision.image_token_id, len(features))
-        if len(features) < 2:  # prefill_mm takes N >= 2 rows: an unused zero row
-            features = np.concatenate([features, np.zeros((2 - len(features), self.vision.hidden_size), np.float32)])
-        return features, rows
+    def _encode_image(self, pixels: np.ndarray, positions: np.ndarray, segments: np.ndarray) -> np.ndarray:
+        """encode_image on one image's inputs: its features [P / m², hidden] f32."""
+        host, _ = self._caller.call(IMAGE_ENCODER, [pixels, positions, segments], 1, (0,), 1)
+        return host[0]
 
     def _run_images(self, ids: np.ndarray, features: np.ndarray, rows: np.ndarray, want: str | None):
         """prefill_mm on ids (the pending token first, if any) at the current position; `want` as _run."""
@@ -343,15 +295,15 @@ class Session:
         order: what prefill_mm puts in place of their N placeholder rows. The state is untouched."""
         if self.vision is None:
             raise SessionError(f"this artifact ({self.manifest.architecture}) has no vision tower")
-        images = _image_list(images)
+        images = image_list(images, SessionError)
         if not images:
             raise SessionError("image_features: no images given")
-        pixels, grid, counts = self._preprocess(images)
-        if max(counts) > self.max_seq_len:
+        p = self._images.prompt(np.full(len(images), self.vision.image_token_id, dtype=np.int64), images)
+        if max(p.counts) > self.max_seq_len:
             raise SessionError(
-                f"an image of {max(counts)} image tokens is more than the artifact's max_seq_len {self.max_seq_len}"
+                f"an image of {max(p.counts)} image tokens is more than the artifact's max_seq_len {self.max_seq_len}"
             )
-        return self._features(pixels, grid)
+        return self._images.features(self._encode_image, p.pixels, p.grid)
 
     @_exclusive
     def image_prompt(self, ids, images) -> list[int]:
@@ -458,53 +410,6 @@ class _Prompt:
 
     def __init__(self, ids: np.ndarray, pixels: np.ndarray | None = None, grid: np.ndarray | None = None):
         self.ids, self.pixels, self.grid = ids, pixels, grid
-
-
-def _image_list(images) -> list:
-    """`images` as a list (None: none); SessionError for a single image not in a list (bytes and
-    str are iterable: their items are not images)."""
-    if images is None:
-        return []
-    if not isinstance(images, (list, tuple)):
-        raise SessionError(
-            f"images must be a list (one image per placeholder: bytes, a file path or a PIL image), "
-            f"got {type(images).__name__}"
-        )
-    return list(images)
-
-
-def _rgb(image, i: int):
-    """(the RGB PIL image of `image`: encoded bytes, a path, or a PIL image; its name in errors)."""
-    from PIL import Image
-
-    from day0.runtime.images import decode_image, to_rgb
-
-    if isinstance(image, Image.Image):
-        name = f"images[{i}]"
-        return to_rgb(image, source=name), name
-    path = isinstance(image, (str, os.PathLike))
-    rgb = decode_image(image, source=None if path else f"images[{i}]")
-    return rgb, str(image) if path else f"images[{i}]"
-
-
-def _image_config(artifact_dir: Path, vision):
-    """The image processor's settings of an artifact with a vision tower (its
-    preprocessor_config.json, or runtime/images.py's defaults), checked against the tower's patch
-    sizes; ArtifactError otherwise."""
-    from day0.runtime.images import ImageConfig, ImageConfigError
-
-    try:
-        cfg = ImageConfig.from_file(artifact_dir / vision.image_config) if vision.image_config else ImageConfig()
-    except ImageConfigError as e:
-        raise ArtifactError(f"artifact {artifact_dir}: {e}") from None
-    ours = (cfg.patch_size, cfg.temporal_patch_size, cfg.merge_size, cfg.patch_dim)
-    theirs = (vision.patch_size, vision.temporal_patch_size, vision.merge_size, vision.patch_dim)
-    if ours != theirs:
-        raise ArtifactError(
-            f"artifact {artifact_dir}: the image processor's patch_size, temporal_patch_size, merge_size, "
-            f"patch_dim {ours} are not the vision tower's {theirs} (manifest vision)"
-        )
-    return cfg
 
 
 def _host_copy(array) -> np.ndarray:

@@ -331,12 +331,20 @@ class PagedCaller(_Caller):
         return rt.HalBufferView(self._no_prev, [self._most], rt.HalElementType.SINT_64)
 
     def submit(
-        self, name: str, inputs: Sequence[np.ndarray], state: list, rows: int, logits: bool, prev: Pending | None = None
+        self,
+        name: str,
+        inputs: Sequence[np.ndarray],
+        state: list,
+        rows: int,
+        logits: bool,
+        prev: Pending | None = None,
+        extra: Sequence = (),
     ) -> tuple[Pending, list]:
         """Submit entry point `name` on `inputs` (ids, positions, tables, slots: int64 arrays;
-        ids < 0 read `prev`'s next tokens, which must not be finished yet) and `state`
-        (DeviceArrays, updated in place). `rows`: logits rows it writes; `logits`: read them
-        back. Returns (the pending call, the state results as DeviceArrays) at once."""
+        ids < 0 read `prev`'s next tokens, which must not be finished yet), `extra` (DeviceArrays
+        after next_out: paged_prefill_mm's features and feature rows) and `state` (DeviceArrays,
+        updated in place). `rows`: logits rows it writes; `logits`: read them back. Returns (the
+        pending call, the state results as DeviceArrays) at once."""
         s = self._acquire()
         p = Pending(name, s, rows, int(np.asarray(inputs[3]).size), logits, 0)
         try:
@@ -350,7 +358,8 @@ class PagedCaller(_Caller):
         views.append(self._prev_view(prev))
         views.append(rt.HalBufferView(s.logits, [rows, self._vocab], rt.HalElementType.FLOAT_32))
         views.append(rt.HalBufferView(s.next, [p.tokens], rt.HalElementType.SINT_64))
-        views += [x._buffer_view for x in state]
+        views += [x._buffer_view for x in (*extra, *state)]
+        p.keep.extend(extra)  # alive until the call is read
 
         c, v = self._copy_value, self._step_value
         self._copy_value, self._step_value = c + 1, v + 1

@@ -110,3 +110,36 @@ def demo_engine_artifact(demo_cli) -> Path:
     """The default model's artifact (tokenizer and chat template included, 128 positions, batched
     decode for up to 4 sequences) that `day0 serve` tests run."""
     return demo_cli[1]
+
+
+GLM5_VISION_SEED = 3
+GLM5_VISION_MAX_SEQ_LEN = 128
+
+
+@pytest.fixture(scope="session")
+def glm5_vision_checkpoint(workdir) -> Path:
+    """A tiny glm5_next checkpoint with a vision tower (tools/checkpoints/glm5_next.py,
+    vision=True, tokenizer=True, seed GLM5_VISION_SEED: a vocabulary of 326 with a tokenizer and a
+    chat template that spells image parts) and its preprocessor_config.json, written once a run."""
+    from day0.tools.checkpoints.glm5_next import write_tiny_glm5_next_checkpoint
+
+    path = workdir / "ckpt-glm5-vision"
+    with once(workdir, path.name):
+        if not path.exists():
+            write_tiny_glm5_next_checkpoint(path, seed=GLM5_VISION_SEED, vision=True, tokenizer=True)
+    return path
+
+
+@pytest.fixture(scope="session")
+def glm5_vision_artifact(workdir, glm5_vision_checkpoint) -> Path:
+    """glm5_vision_checkpoint compiled once a run for llvm-cpu (max_seq_len 128): the dense entry
+    points with encode_image and prefill_mm (Session), and the paged ones with paged_prefill_mm
+    (Engine, batched decode for up to 2 sequences, blocks of 16)."""
+    from day0.lowering.driver import BuildOptions, compile_checkpoint
+
+    path = workdir / "artifact-glm5-vision"
+    with once(workdir, path.name):
+        if not path.exists():
+            options = BuildOptions(max_seq_len=GLM5_VISION_MAX_SEQ_LEN, max_batch=2, block_size=16)
+            compile_checkpoint(glm5_vision_checkpoint, path, options, progress=lambda *_: None)
+    return path

@@ -34,29 +34,13 @@ IMAGE = object()  # a placeholder in a turn's parts
 
 
 @pytest.fixture(scope="module")
-def ckpt(workdir):
-    from conftest import once
-
-    from day0.tools.checkpoints.glm5_next import write_tiny_glm5_next_checkpoint
-
-    path = workdir / "ckpt-glm5-vision"
-    with once(workdir, path.name):
-        if not path.exists():
-            write_tiny_glm5_next_checkpoint(path, seed=SEED, vision=True)
-    return path
+def ckpt(glm5_vision_checkpoint):
+    return glm5_vision_checkpoint
 
 
 @pytest.fixture(scope="module")
-def art(workdir, ckpt):
-    from conftest import once
-
-    from day0.lowering.driver import BuildOptions, compile_checkpoint
-
-    path = workdir / "artifact-glm5-vision"
-    with once(workdir, path.name):
-        if not path.exists():
-            compile_checkpoint(ckpt, path, BuildOptions(max_seq_len=MAX_SEQ_LEN), progress=lambda *_: None)
-    return path
+def art(glm5_vision_artifact):
+    return glm5_vision_artifact
 
 
 @pytest.fixture(scope="module")
@@ -204,16 +188,21 @@ def test_manifest_and_artifact_files(art, ckpt):
     from day0.runtime.artifact import read_manifest
 
     m = read_manifest(art)
-    assert list(m.entry_points) == ["prefill", "decode", "encode_image", "prefill_mm"]
+    dense = ["prefill", "decode", "encode_image", "prefill_mm"]
+    assert list(m.entry_points) == dense + ["paged_prefill", "paged_prefill_mm", "paged_decode_1", "paged_decode_2"]
     assert m.entry_points["encode_image"].layout == "vision"
+    paged_mm = m.entry_points["paged_prefill_mm"]
+    assert paged_mm.layout == "paged" and paged_mm.min_len == 2 and paged_mm.inputs[7].startswith("features[N,hidden]")
     v = m.vision
-    assert (v.image_token_id, v.patch_dim, v.merge_size, v.hidden_size) == (126, 1176, 2, 32)
+    assert (v.image_token_id, v.patch_dim, v.merge_size, v.hidden_size) == (324, 1176, 2, 32)
     assert v.max_patches == MAX_SEQ_LEN * 4 and v.image_config == "preprocessor_config.json"
     assert (art / v.image_config).read_bytes() == (ckpt / v.image_config).read_bytes()
     data = json.loads((art / "manifest.json").read_text())
-    assert data["vision"]["image_token_id"] == 126
+    assert data["vision"]["image_token_id"] == 324
     # a text-only manifest has no `vision` key at all (what it was before images)
-    text = dataclasses.replace(m, vision=None, entry_points={k: m.entry_points[k] for k in ("prefill", "decode")})
+    text = dataclasses.replace(
+        m, vision=None, paged=None, entry_points={k: m.entry_points[k] for k in ("prefill", "decode")}
+    )
     assert "vision" not in text.to_json()
     assert type(m).from_json(json.loads(json.dumps(m.to_json()))) == m
 
@@ -226,7 +215,7 @@ def test_errors(session, oracle, art, tmp_path):
     session.reset()
     session.prefill([1, 2, 3])
     cases = [
-        (dict(ids=[1, token, 2], images=[wide, square]), r"1 image placeholder token\(s\) \(id 126\) but 2 image"),
+        (dict(ids=[1, token, 2], images=[wide, square]), r"1 image placeholder token\(s\) \(id 324\) but 2 image"),
         (dict(ids=[1, token, token], images=[wide]), r"has 2 image placeholder .* but 1 image"),
         (dict(ids=[1, token, 2]), r"has 1 image placeholder .* but 0 image"),
         (dict(ids=[1, 2], images=[wide]), r"has 0 image placeholder .* but 1 image"),
@@ -309,3 +298,49 @@ def test_text_only_checkpoint_is_unchanged(tmp_path):
     assert not any(n.startswith("model.visual.") for n in shapes)
     ckpt.check_expected(shapes)
     assert entry_points(model) == ["prefill", "decode"]
+
+
+def _day0(*args):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    day0 = Path(sys.executable).parent / "day0"
+    return subprocess.run([str(day0), *map(str, args)], capture_output=True, text=True, timeout=300)
+
+
+def test_generate_cli_with_images_equals_the_session(session, art, tmp_path):
+    """`day0 generate ART --image PATH ...`: the images go at the prompt's <|image|> placeholders,
+    or before the prompt when it has none; the tokens are Session.generate's."""
+    from day0.runtime.tokenizer import load_tokenizer
+
+    paths = [_given(n, tmp_path) for n in ("tall",)] + [str(tmp_path / "wide.png")]
+    _image("wide").save(paths[1])
+    tok = load_tokenizer(art)
+    token = session.vision.image_token_id
+    prompt = "Look: <|image|> and <|image|>, what?"
+    ids = tok.encode(prompt)
+    assert ids.count(token) == 2
+    session.reset()
+    want = session.generate(ids, max_new_tokens=5, images=paths)
+    r = _day0("generate", art, "--prompt", prompt, "--image", paths[0], "--image", paths[1], "--max-new-tokens", 5)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.rstrip("\n") == prompt + tok.decode(want)
+    # no placeholder in the ids: the image goes first
+    session.reset()
+    want = session.generate([token, 5, 6, 7], max_new_tokens=4, images=paths[:1])
+    r = _day0("generate", art, "--prompt-ids", "5,6,7", "--image", paths[0], "--max-new-tokens", 4)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == ",".join(map(str, want))
+
+
+def test_generate_cli_image_errors(art, artifact, tmp_path):
+    r = _day0("generate", art, "--prompt-ids", "5,6,7", "--image", tmp_path / "missing.png")
+    assert r.returncode != 0 and "missing.png" in r.stderr and "Traceback" not in r.stderr
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"not a png")
+    r = _day0("generate", art, "--prompt-ids", "5,6,7", "--image", bad)
+    assert r.returncode != 0 and "bad.png" in r.stderr and "Traceback" not in r.stderr
+    png = _given("tall", tmp_path)
+    r = _day0("generate", artifact("ds-sparse"), "--prompt-ids", "5,6,7", "--image", png)
+    assert r.returncode != 0 and "has no vision tower" in r.stderr and "Traceback" not in r.stderr

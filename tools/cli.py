@@ -154,14 +154,36 @@ def cmd_generate(a) -> int:
             raise ArgumentError(f"--prompt {a.prompt[:40]!r} encodes to no tokens")
     else:
         ids = parse_ids(a.prompt_ids, session.vocab_size)
+    images = None
+    if a.image:
+        images, ids = list(a.image), _image_placeholders(session, ids, len(a.image))
     new = session.generate(
-        ids, max_new_tokens=a.max_new_tokens, temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed
+        ids,
+        max_new_tokens=a.max_new_tokens,
+        temperature=a.temperature,
+        top_k=a.top_k,
+        top_p=a.top_p,
+        seed=a.seed,
+        images=images,
     )
     if tokenizer is not None and a.prompt is not None:
         print(a.prompt + tokenizer.decode(new))
     else:
         print(",".join(str(t) for t in new))
     return 0
+
+
+def _image_placeholders(session, ids: list[int], images: int) -> list[int]:
+    """ids with a placeholder for each --image: the prompt's own (`<|image|>` in --prompt, the
+    image_token_id in --prompt-ids), else one per image before the prompt."""
+    if session.vision is None:
+        raise ArgumentError(
+            f"--image: this artifact ({session.manifest.architecture}) has no vision tower; compile a checkpoint "
+            f"with a vision_config to give images"
+        )
+    if session.vision.image_token_id in ids:
+        return ids  # the Session checks that they are the images in number
+    return [session.vision.image_token_id] * images + list(ids)
 
 
 def cmd_inspect(a) -> int:
@@ -284,6 +306,13 @@ def parser() -> argparse.ArgumentParser:
     src = g.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt")
     src.add_argument("--prompt-ids", help="token ids separated by commas or spaces, e.g. 1,2,3")
+    g.add_argument(
+        "--image",
+        action="append",
+        metavar="PATH",
+        help="an image file (PNG, JPEG, ...; repeat for several) for an artifact with a vision tower: each goes "
+        "at an <|image|> of the prompt, in order, or before the prompt when it has none",
+    )
     g.add_argument("--max-new-tokens", type=int, default=32)
     g.add_argument("--temperature", type=float, default=0.0)
     g.add_argument("--top-k", type=int, default=0)

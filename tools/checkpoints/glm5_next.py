@@ -180,13 +180,59 @@ def tiny_glm5_next_config(*, vision: bool | dict = False, **overrides):
     return float32_config("Glm5NextConfig", text_config=text, vision_config=tower, **special_tokens(text["vocab_size"]))
 
 
+# The special tokens' text, in SPECIAL_TOKENS order (GLM's spelling)
+SPECIAL_TEXT = (
+    "<|begin_of_image|>",
+    "<|end_of_image|>",
+    "<|begin_of_video|>",
+    "<|end_of_video|>",
+    "<|image|>",
+    "<|video|>",
+)
+# demo.py's role-tagged chat format, with content parts: an image part is GLM's
+# <|begin_of_image|><|image|><|end_of_image|>, one placeholder the runtime expands
+VISION_CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}<|{{ message['role'] }}|>\n"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
+    "{% for part in message['content'] %}{% if part['type'] == 'image' %}<|begin_of_image|><|image|><|end_of_image|>"
+    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}"
+    "{{ eos_token }}\n{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+# the vocabulary of a checkpoint with a tokenizer: demo.py's byte-level BPE (bytes, <bos>, <eos>,
+# all its merges) and the six special tokens
+TOKENIZER_VOCAB = 326
+
+
+def write_vision_tokenizer(path) -> None:
+    """tokenizer.json, tokenizer_config.json and chat_template.jinja (VISION_CHAT_TEMPLATE) of a
+    vocabulary of TOKENIZER_VOCAB: demo.py's byte-level tokenizer with SPECIAL_TEXT as special
+    tokens at the ids special_tokens() gives them."""
+    from tokenizers import AddedToken
+    from transformers import PreTrainedTokenizerFast
+
+    from day0.tools.checkpoints.demo import BOS, EOS, build_byte_tokenizer
+
+    tok = build_byte_tokenizer(TOKENIZER_VOCAB - len(SPECIAL_TEXT))
+    tok.add_special_tokens([AddedToken(t, special=True) for t in SPECIAL_TEXT])
+    ids = special_tokens(TOKENIZER_VOCAB)
+    assert [tok.token_to_id(t) for t in SPECIAL_TEXT] == [ids[n] for n in SPECIAL_TOKENS]
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=BOS, eos_token=EOS)
+    fast.chat_template = VISION_CHAT_TEMPLATE
+    fast.save_pretrained(str(path))
+
+
 def write_tiny_glm5_next_checkpoint(
-    path, config_overrides: dict | None = None, seed: int = 0, *, vision: bool | dict = False
+    path, config_overrides: dict | None = None, seed: int = 0, *, vision: bool | dict = False, tokenizer: bool = False
 ) -> Path:
     """Write a random Glm5NextForConditionalGeneration (float32) to the directory `path`; `vision`:
     a tower that matters (tiny_glm5_next_config), randomized by VISION_INITS as well, and its
     image processor's settings (preprocessor_config.json, transformers' Glm5NextImageProcessorPil
-    with the tower's patch sizes)."""
+    with the tower's patch sizes). `tokenizer` (with `vision`): a vocabulary of TOKENIZER_VOCAB
+    and its tokenizer and chat template (write_vision_tokenizer)."""
+    if tokenizer and not vision:
+        raise ValueError("tokenizer=True needs vision=True (the tokenizer spells the image tokens)")
+    if tokenizer:
+        config_overrides = {**(config_overrides or {}), "vocab_size": TOKENIZER_VOCAB}
     config = tiny_glm5_next_config(vision=vision, **(config_overrides or {}))
     inits = {**INITS, **VISION_INITS} if vision else INITS
     path = write_seeded(path, "Glm5NextForConditionalGeneration", config, seed, inits)
@@ -199,6 +245,8 @@ def write_tiny_glm5_next_checkpoint(
             temporal_patch_size=tower.temporal_patch_size,
             merge_size=tower.spatial_merge_size,
         ).save_pretrained(path)
+    if tokenizer:
+        write_vision_tokenizer(path)
     return path
 
 

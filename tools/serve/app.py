@@ -76,25 +76,50 @@ class Service:
             raise ApiError(400, "this artifact has no tokenizer: send the prompt as token ids", param)
         return self.tok.encode(text)
 
-    def job(self, request_id: str, ids: list[int], req, max_tokens: int | None, param: str, logprobs: int | None):
+    def job(
+        self,
+        request_id: str,
+        ids: list[int],
+        req,
+        max_tokens: int | None,
+        param: str,
+        logprobs: int | None,
+        images: list[tuple[bytes, int]] = (),
+    ):
+        """The engine job of a request (its checks as 400s naming the field); `images`: (encoded
+        image, its image tokens) of each image placeholder in ids, in order. The length checks
+        count the prompt as the engine runs it, each placeholder expanded. Returns (job, stop
+        strings, the prompt's length)."""
         limit = self.engine.max_seq_len
         # the runtime's own check (empty, outside the vocabulary), as a 400 naming this request's field
         token_ids(ids, self.engine.vocab_size, lambda message: ApiError(400, message, param))
-        if len(ids) >= limit:
+        n = len(ids)
+        if images:
+            found = ids.count(self.engine.image_token_id)
+            if found != len(images):
+                raise ApiError(
+                    400,
+                    f"the chat template put {found} image placeholder(s) in the prompt for {len(images)} image "
+                    f"part(s): this model's template must render each image part as one placeholder",
+                    param,
+                )
+            n += sum(count - 1 for _, count in images)
+        images_note = f" with its {len(images)} image(s)" if images else ""
+        if n >= limit:
             raise ApiError(
                 400,
-                f"the prompt is {len(ids)} tokens; the model's context is {limit} (room for at most "
+                f"the prompt{images_note} is {n} tokens; the model's context is {limit} (room for at most "
                 f"{limit - 1} prompt tokens and one new token)",
                 param,
             )
         if max_tokens is None:
-            max_tokens = min(limit - len(ids), DEFAULT_CHAT_MAX_TOKENS)
-        elif len(ids) + max_tokens - 1 > limit:
+            max_tokens = min(limit - n, DEFAULT_CHAT_MAX_TOKENS)
+        elif n + max_tokens - 1 > limit:
             raise ApiError(
                 400,
-                f"the prompt ({len(ids)} tokens) + max_tokens {max_tokens} needs {len(ids) + max_tokens - 1} "
+                f"the prompt{images_note} ({n} tokens) + max_tokens {max_tokens} needs {n + max_tokens - 1} "
                 f"positions, more than the model's context of {limit}: max_tokens may be at most "
-                f"{limit - len(ids) + 1}",
+                f"{limit - n + 1}",
                 "max_tokens",
             )
         strings, stop_ids = req.stops()
@@ -108,14 +133,21 @@ class Service:
             stop=tuple(sorted(stops)),
             logprobs=logprobs,
         )
-        return Job(request_id, ids, params), strings
+        if images:
+            params["images"] = [data for data, _ in images]
+            return Job(request_id, ids, params, kind="image"), strings, n
+        return Job(request_id, ids, params), strings, n
 
     async def start(self, job: Job, strings: list[str]) -> Generation:
         arrival = time.perf_counter()
         await self.worker.submit(job)
         return Generation(self.worker, job, self.tok, self.metrics, strings, arrival)
 
-    def chat_prompt(self, req: ChatRequest) -> str:
+    def chat_prompt(self, req: ChatRequest) -> tuple[str, list[tuple[bytes, int]]]:
+        """The prompt text of the messages (the checkpoint's template) and the images of their
+        image parts, in order, each with its image token count (tools/serve/images.py). Messages
+        with images reach the template as content parts ({"type": "text", "text"}, {"type":
+        "image"}), as transformers' apply_chat_template passes them; the others as strings."""
         if self.template is None:
             raise ApiError(
                 400,
@@ -123,21 +155,36 @@ class Service:
                 "messages",
                 "no_chat_template",
             )
-        messages = []
+        from day0.tools.serve.images import image_bytes, image_token_count
+
+        messages, images = [], []
         for i, m in enumerate(req.messages):
             content = m.content
             if isinstance(content, list):
-                if any(part.type == "image_url" for part in content):
+                if not any(part.type == "image_url" for part in content):
+                    content = "".join(part.text for part in content)
+                elif self.engine.image_token_id is None:
                     raise ApiError(
                         400,
                         "image inputs need an artifact with a vision tower; this one has none",
                         f"messages.{i}.content",
                         "images_not_supported",
                     )
-                content = "".join(part.text for part in content)
+                else:
+                    parts = []
+                    for j, part in enumerate(content):
+                        if part.type == "text":
+                            parts.append({"type": "text", "text": part.text})
+                            continue
+                        param = f"messages.{i}.content.{j}.image_url.url"
+                        data = image_bytes(part.image_url.url, param)
+                        count = image_token_count(data, self.engine.image_config, self.engine.merge_size, param)
+                        images.append((data, count))
+                        parts.append({"type": "image"})
+                    content = parts
             messages.append({"role": m.role, "content": content or "", **({"name": m.name} if m.name else {})})
         try:
-            return self.template.render(messages, add_generation_prompt=req.add_generation_prompt)
+            return self.template.render(messages, add_generation_prompt=req.add_generation_prompt), images
         except ChatTemplateError as e:
             raise ApiError(400, str(e), "messages") from None
 
@@ -204,7 +251,8 @@ def create_app(worker, tokenizer, chat_template, options: ServeOptions) -> FastA
     @_guarded
     async def chat(request: Request):
         req = await svc.read(request, ChatRequest)
-        ids = svc.encode(svc.chat_prompt(req), "messages")
+        text, images = svc.chat_prompt(req)
+        ids = svc.encode(text, "messages")
         top = (req.top_logprobs or 0) if req.logprobs else None
 
         def choice(gen, delta, offset, streaming):
@@ -217,19 +265,22 @@ def create_app(worker, tokenizer, chat_template, options: ServeOptions) -> FastA
 
         opening = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
         kinds = ("chat.completion", "chat.completion.chunk")
-        return await _answer(svc, request, req, ids, "messages", req.limit(), top, kinds, choice, opening)
+        return await _answer(svc, request, req, ids, "messages", req.limit(), top, kinds, choice, opening, images)
 
     app.add_middleware(RequestIdMiddleware)
     return app
 
 
-async def _answer(svc: Service, request: Request, req, ids, param, limit, logprobs, kinds, choice, opening=None):
+async def _answer(
+    svc: Service, request: Request, req, ids, param, limit, logprobs, kinds, choice, opening=None, images=()
+):
     """Run one request and answer it, as one JSON object or as a stream: `kinds` the objects'
     names (whole, chunk); `choice(gen, delta, text offset, streaming)` builds a choice of the
-    endpoint's form (token ids are added here when asked for); `opening`: a first stream chunk."""
-    job, strings = svc.job(_rid(request), ids, req, limit, param, logprobs)
+    endpoint's form (token ids are added here when asked for); `opening`: a first stream chunk;
+    `images`: Service.job's. The usage counts the prompt's tokens as the engine runs them."""
+    job, strings, prompt_tokens = svc.job(_rid(request), ids, req, limit, param, logprobs, images)
     gen = await svc.start(job, strings)
-    svc.metrics.prompt_tokens.inc(len(ids))
+    svc.metrics.prompt_tokens.inc(prompt_tokens)
 
     def full_choice(delta, offset, streaming=False):
         c = choice(gen, delta, offset, streaming)
@@ -239,9 +290,9 @@ async def _answer(svc: Service, request: Request, req, ids, param, limit, logpro
 
     head = {"id": job.request_id, "object": kinds[req.stream], "created": int(time.time()), "model": req.model}
     if req.stream:
-        return _sse(svc.options, gen, req, ids, head, lambda d, off: full_choice(d, off, True), opening)
+        return _sse(svc.options, gen, req, prompt_tokens, head, lambda d, off: full_choice(d, off, True), opening)
     delta = await _collect(request, gen)
-    body = {**head, "choices": [full_choice(delta, 0)], "usage": usage(len(ids), len(gen.token_ids))}
+    body = {**head, "choices": [full_choice(delta, 0)], "usage": usage(prompt_tokens, len(gen.token_ids))}
     if req.return_token_ids:
         body["prompt_token_ids"] = ids
     return body
@@ -294,7 +345,9 @@ async def _collect(request: Request, gen: Generation):
     return work.result()
 
 
-def _sse(options: ServeOptions, gen: Generation, req, ids, head: dict, choice, opening=None) -> EventSourceResponse:
+def _sse(
+    options: ServeOptions, gen: Generation, req, prompt_tokens: int, head: dict, choice, opening=None
+) -> EventSourceResponse:
     """The answer as server-sent events: a chunk a step that added something (text, a finish
     reason, log-probabilities or token ids when asked for), the usage chunk when asked for, then
     `data: [DONE]`. An error after the stream began is one `data: {"error": ...}` event. On
@@ -314,7 +367,7 @@ def _sse(options: ServeOptions, gen: Generation, req, ids, head: dict, choice, o
                 yield {"data": json.dumps({**head, "choices": [choice(delta, offset)]})}
                 offset += len(delta.text)
             if include_usage:
-                yield {"data": json.dumps({**head, "choices": [], "usage": usage(len(ids), len(gen.token_ids))})}
+                yield {"data": json.dumps({**head, "choices": [], "usage": usage(prompt_tokens, len(gen.token_ids))})}
         except ApiError as e:
             yield {"data": json.dumps(e.body())}
         except Exception:

@@ -55,6 +55,11 @@ class EngineInfo:
     target: str
     block_size: int
     blocks: int
+    # images (an artifact that runs them: Engine.vision): the placeholder id, the image
+    # processor's settings (runtime/images.py ImageConfig) and the merge size; None otherwise
+    image_token_id: int | None = None
+    image_config: object = None
+    merge_size: int = 2
 
 
 @dataclass
@@ -185,7 +190,8 @@ class EngineWorker:
                     job.added.set_result(None)
                 else:
                     self._jobs.pop(key, None)
-                    job.added.set_exception(ApiError(400, error, "max_tokens" if "max_tokens" in error else "prompt"))
+                    param = "max_tokens" if "max_tokens" in error else "messages" if job.kind == "image" else "prompt"
+                    job.added.set_exception(ApiError(400, error, param))
         elif kind == "step":
             updates, counters = payload
             self.metrics.steps.inc()
@@ -252,6 +258,11 @@ def _engine_main(engine_args: dict, warmup: bool, commands, results) -> None:
                 engine.manifest.target,
                 engine.layout.block_size,
                 c["blocks_free"] + c["blocks_used"],
+                *(
+                    ()
+                    if engine.vision is None
+                    else (engine.vision.image_token_id, engine.image_config, engine.vision.merge_size)
+                ),
             ),
         )
     )
@@ -272,7 +283,7 @@ def _engine_main(engine_args: dict, warmup: bool, commands, results) -> None:
                 _, key, request_id, ids, params, kind = command
                 try:
                     rid = engine.add(ids, kind=kind, **params)
-                except ValueError as e:  # EngineError and the sampling checks
+                except ValueError as e:  # EngineError, ImageError and the sampling checks
                     added.append((key, str(e)))
                     continue
                 rids[key], keys[rid] = rid, (key, request_id)
