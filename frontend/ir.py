@@ -12,6 +12,7 @@ from iree.compiler.ir import (  # noqa: F401
     FlatSymbolRefAttr,
     FloatAttr,
     FunctionType,
+    IndexType,
     InsertionPoint,
     IntegerAttr,
     IntegerType,

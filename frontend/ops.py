@@ -42,7 +42,7 @@ def _(q: Tensor, kv: Tensor, indices: Tensor, scale: float, value_dim: int) -> T
 # function of the same name; it emits the custom op only inside `keeping({...})` (set by export
 # for the target), and otherwise the op's reference body, so other targets trace plain aten ops.
 # (A decomposition-table entry for a custom op would change later exports in the process too.)
-DECOMPOSABLE = ("indexer_scores", "moe_route")
+DECOMPOSABLE = ("indexer_scores", "moe_route", "materialize")
 _KEPT: ContextVar[frozenset] = ContextVar("day0_kept_ops", default=frozenset())
 
 
@@ -229,3 +229,29 @@ def _(logits: Tensor, bias: Tensor, groups: int, topk_group: int, top_k: int, no
     torch._check(logits.dim() == 2 and bias.dim() == 1)
     s = logits.shape[0]
     return logits.new_empty(s, top_k), logits.new_empty(s, top_k, dtype=torch.int64)
+
+
+# --- materialize: a fusion boundary
+
+
+def materialize(x: Tensor) -> Tensor:
+    """x itself. A target that keeps `materialize` gets `day0::materialize`, which its pipeline
+    lowers to IREE's util.optimization_barrier (passes/materialize_to_barrier.py): x becomes a
+    tensor of its own (a column slice is copied out contiguously) and no dispatch fuses across
+    it. cuda-sm90 needs that where IREE 3.13's CUDA codegen miscompiles a fused form: a gather
+    (a rope's partner column) from a column slice of a matmul's result, in the dispatch of a
+    row reduction (the MLA cache row of the default model: rows past the first read the first
+    row's values; docs/perf.md, "The default model on the GPU")."""
+    if "materialize" in _KEPT.get():
+        return torch.ops.day0.materialize(x)
+    return x
+
+
+@torch.library.custom_op("day0::materialize", mutates_args=())
+def _materialize_op(x: Tensor) -> Tensor:
+    return x.clone()
+
+
+@_materialize_op.register_fake
+def _(x: Tensor) -> Tensor:
+    return torch.empty_like(x)

@@ -33,7 +33,8 @@ DEFAULT_DSA_TILE = 64
 #   mxfp4    day0::mxfp4_linear / day0::mxfp4_moe
 #   dsa      day0::dsa_attention (the pass text is a function of the model's DSA shape, DsaShape)
 #   matmul   the remaining matmuls
-ROLES = ("weights", "indexer", "router", "topk", "mxfp4", "dsa", "matmul")
+#   fusion   day0::materialize (targets that keep it: a fusion boundary, frontend/ops.py)
+ROLES = ("weights", "indexer", "router", "topk", "mxfp4", "dsa", "matmul", "fusion")
 
 
 @dataclass(frozen=True)
@@ -284,8 +285,9 @@ TARGETS: dict[str, Target] = {
             ("dsa", lambda dsa: None if dsa is None else "dsa-to-cuda-kernel"),
             ("matmul", "matmul-to-cuda-linear"),
             ("matmul", "matmul-to-bf16-terms"),
+            ("fusion", "materialize-to-barrier"),
         ),
-        kept_ops=("indexer_scores", "moe_route"),
+        kept_ops=("indexer_scores", "moe_route", "materialize"),
         prefill_chunk=512,
         cache_dtype="bfloat16",
         prepare=_attach_cuda_sm90,

@@ -20,6 +20,7 @@ _PASSES: dict[str, tuple[str, str]] = {
     "moe-route-to-cuda-kernel": ("day0.passes.moe_route_to_cuda_kernel", "MoeRouteToCudaKernel"),
     "matmul-to-cuda-linear": ("day0.passes.matmul_to_cuda_linear", "MatmulToCudaLinear"),
     "matmul-to-bf16-terms": ("day0.passes.matmul_to_bf16_terms", "MatmulToBf16Terms"),
+    "materialize-to-barrier": ("day0.passes.materialize_to_barrier", "MaterializeToBarrier"),
 }
 
 

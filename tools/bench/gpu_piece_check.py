@@ -34,6 +34,7 @@ def pieces(checkpoint: Path = CHECKPOINT) -> dict:
     """name -> (fn, args): the checkpoint's pieces with their inputs (eager tensors)."""
     import torch
 
+    from day0.frontend import ops
     from day0.models.layers import linear, linears, rope_columns
     from day0.models.mla import absorb_uk, apply_uv, cache_row
     from day0.models.paging import dense_view
@@ -93,9 +94,16 @@ def pieces(checkpoint: Path = CHECKPOINT) -> dict:
         qq = linear(att.q_a_layernorm(r), att.q_b_proj).view(S, heads, -1)
         return att._query(absorb_uk(qq[..., : att.nope], w_kv[:, : att.nope]), qq, c, s)
 
-    def row_path(x, c, s):
+    def row_path(x, c, s, fence=()):
+        """The cache row from x; `fence`: what ops.materialize makes a tensor of its own (the
+        latent "slice" of the fused projections, the "rotated" columns; models/mla.py does both)."""
         latent = linears(x, att.q_a_proj, att.kv_a_proj_with_mqa)[1]
-        return cache_row(latent, att.kv_a_layernorm, rope_columns(latent, c, s, rank, rope, True))
+        latent = ops.materialize(latent) if "slice" in fence else latent
+        rotated = rope_columns(latent, c, s, rank, rope, True)
+        return cache_row(latent, att.kv_a_layernorm, ops.materialize(rotated) if "rotated" in fence else rotated)
+
+    def keys_path(x, c, s):
+        return att.indexer.keys(projections(x)[2], c, s)
 
     out = {
         "rope_columns": (
@@ -103,6 +111,10 @@ def pieces(checkpoint: Path = CHECKPOINT) -> dict:
             (torch.randn(S, rank + rope), cos, sin),
         ),
         "cache_row": (row_path, (x, cos, sin)),
+        "cache_row_slice": (lambda x, c, s: row_path(x, c, s, ("slice",)), (x, cos, sin)),
+        "cache_row_rotated": (lambda x, c, s: row_path(x, c, s, ("rotated",)), (x, cos, sin)),
+        "cache_row_both": (lambda x, c, s: row_path(x, c, s, ("slice", "rotated")), (x, cos, sin)),
+        "keys_row": (keys_path, (x, cos, sin)),
         "query": (lambda a, b, c, s: att._query(a, b, c, s), (torch.randn(S, heads, rank), q, cos, sin)),
         "index_keys": (lambda x, c, s: att.indexer.keys(x, c, s), (index_key, cos, sin)),
         "norm": (L0.input_layernorm, (h0,)),
