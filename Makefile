@@ -41,6 +41,7 @@ bench: install
 	$(VPY) -m day0.tools.bench.bench_mxfp4 --json .cache/bench/mxfp4.json
 	$(VPY) -m day0.tools.bench.bench_memory --workdir .cache/bench-memory
 	$(VPY) -m day0.tools.bench.bench_glm5 --workdir .cache/bench-glm5
+	$(VPY) -m day0.tools.bench.bench_images --workdir .cache/bench-images --json .cache/bench-images/images.json
 
 # day0 serve against the Engine alone, at concurrency 1, 8 and 32 (docs/perf.md, 'day0 serve')
 bench-serve: install

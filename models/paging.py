@@ -97,16 +97,25 @@ def dense_view(positions: Tensor, keys: int) -> CacheView:
     return CacheView(positions, positions, None, visible)
 
 
+EVICTED_BLOCK = 0  # runtime/blocks.py SCRATCH_BLOCK: a table entry whose slots no query sees
+
+
 def paged_view(positions: Tensor, tables: Tensor, block: int, batched: bool = False) -> CacheView:
     """positions [S] through block tables [G, nb] (G = 1: one sequence; G = S: one per query) of
     blocks of `block` positions; the key range is the tables' nb·block slots. Table entries past a
-    sequence's last block may be any block: their slots are never visible. batched: a decode step
-    (G = S, also when both are 1: then the indexer reads the pool in place rather than gathering
-    the sequence's keys); G > 1 is always one."""
+    sequence's last block may be any block: their slots are never visible. An entry EVICTED_BLOCK
+    (the scratch block, never a sequence's) hides its slots: the runtime evicts a block's
+    positions by pointing the table there (runtime/engine.py, evict_images). batched: a decode
+    step (G = S, also when both are 1: then the indexer reads the pool in place rather than
+    gathering the sequence's keys); G > 1 is always one."""
     offsets = torch.arange(block, dtype=torch.int64)
     key_rows = (tables.to(torch.int64)[:, :, None] * block + offsets).reshape(tables.shape[0], -1)  # [G, L]
     group = tables.shape[0] == 1
     owner = key_rows[0:1].expand(positions.shape[0], -1) if group else key_rows
     rows = owner.gather(1, positions[:, None]).reshape(-1)  # slot `position` of the query's own range
-    visible = torch.arange(key_rows.shape[1], dtype=torch.int64)[None, :] <= positions[:, None]
+    live = (tables != EVICTED_BLOCK)[:, :, None].expand(-1, -1, block).reshape(tables.shape[0], -1)  # [G, L]
+    slot = torch.arange(key_rows.shape[1], dtype=torch.int64)[None, :]
+    # its own slot stays visible: a padding row of a batched step (all its table the scratch block)
+    # sees what it saw before eviction existed, so that no softmax of it is over nothing
+    visible = ((slot <= positions[:, None]) & live) | (slot == positions[:, None])
     return CacheView(positions, rows, key_rows, visible, per_query=batched or tables.shape[0] > 1)

@@ -8,6 +8,7 @@ table per sequence serves them all. Block 0 is never handed out: padded rows of 
     pool = BlockPool(num_blocks=1024, block_size=64)
     pool.reserve(seq, positions=130)   # grows seq's table to 3 blocks (False if the pool is short)
     pool.table(seq)                    # [b0, b1, b2], in position order
+    pool.evict(seq, [1])               # block 1 of its table is free again, SCRATCH_BLOCK in its place
     pool.release(seq)                  # its blocks are free again
 
 The pool decides nothing about who runs: the scheduler asks `can_reserve` and chooses.
@@ -73,9 +74,21 @@ class BlockPool:
             raise KeyError(f"sequence {seq!r} holds no blocks")
         return list(self._tables[seq])
 
+    def evict(self, seq: Hashable, indices) -> int:
+        """Free the blocks at `indices` of `seq`'s table and put SCRATCH_BLOCK in their place (the
+        steps then see none of their positions: models/paging.py); returns how many it freed."""
+        table = self._tables[seq]
+        freed = 0
+        for i in sorted(set(indices), reverse=True):
+            if table[i] != SCRATCH_BLOCK:
+                self._free.append(table[i])
+                table[i] = SCRATCH_BLOCK
+                freed += 1
+        return freed
+
     def release(self, seq: Hashable) -> int:
         """Free every block of `seq` (finished, aborted or preempted); returns how many."""
-        table = self._tables.pop(seq, [])
+        table = [b for b in self._tables.pop(seq, []) if b != SCRATCH_BLOCK]
         self._free.extend(reversed(table))
         return len(table)
 

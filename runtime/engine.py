@@ -26,6 +26,13 @@ features and its slice of the feature rows (the others `paged_prefill`). An imag
 as a decode row: an image request's pieces are at least 2 tokens (a step's chunk may run one
 token over) and leave no lone last row.
 
+Visual-token eviction (`evict_images=True`, off by default; the reference deployment's opt-in
+policy): when an image request's prompt has run, each block of its table that holds only image
+tokens goes back to the pool and its table entry becomes the scratch block, whose positions no
+step sees (models/paging.py): the decode steps' DSA selection (and any attention) leaves the
+images' rows out, and the blocks serve other requests. The first token is the prompt's, images
+included; what eviction changes after it is measured in docs/perf.md.
+
 One `step`:
  1. Admission: a queue's head is admitted when the pool can reserve its whole need (prompt +
     max_new_tokens - 1 positions) and a slot is free, so a running sequence never waits for a
@@ -166,6 +173,7 @@ class Engine:
         max_running: int | None = None,
         lookahead: bool = True,
         artifact_dir=None,
+        evict_images: bool = False,
     ):
         """Engine.load's arguments, as there (`artifact_dir`: where the artifact's image processor
         settings are, for an artifact that runs images)."""
@@ -203,6 +211,10 @@ class Engine:
         self.vision = manifest.vision if PAGED_IMAGE_PREFILL in manifest.entry_points else None
         self._images = ImagePrompts(artifact_dir, self.vision, EngineError) if self.vision is not None else None
         self._encoder = StepCaller(vm, [1]) if self.vision is not None else None  # encode_image, synchronous
+        if not isinstance(evict_images, bool):
+            raise EngineError(f"evict_images must be True or False, got {evict_images!r}")
+        self.evict_images = evict_images
+        self.evicted_blocks = 0  # blocks evict_images has returned to the pool, all requests
         self._ids = itertools.count()
         self._waiting: dict[str, list[_Sequence]] = {k: [] for k in KINDS}
         self._running: dict[int, _Sequence] = {}
@@ -220,6 +232,7 @@ class Engine:
         checkpoint_dir=None,
         max_running: int | None = None,
         lookahead: bool = True,
+        evict_images: bool = False,
     ) -> Engine:
         """Load an artifact compiled with --max-batch. At most `max_running` sequences run at
         once (default: the largest compiled batch); the pools get `num_blocks` blocks, or as many
@@ -227,11 +240,13 @@ class Engine:
         running sequence to reach max_seq_len. `chunk`: the most prompt tokens one step runs
         (default: the artifact's static prompt chunk, else DEFAULT_CHUNK). `lookahead`: submit
         the next step's decode before reading this one's (module docstring); False runs every
-        step to its end before the next begins (the same tokens, later)."""
+        step to its end before the next begins (the same tokens, later). `evict_images`: once an
+        image request's prompt has run, the blocks holding only its image tokens leave its table
+        and return to the pool (module docstring)."""
         if chunk is not None and (not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1):
             raise EngineError(f"chunk must be an integer >= 1, got {chunk!r}")
         manifest, vm = open_artifact(artifact_dir, device, verify, checkpoint_dir)
-        return cls(manifest, vm, num_blocks, memory_bytes, chunk, max_running, lookahead, artifact_dir)
+        return cls(manifest, vm, num_blocks, memory_bytes, chunk, max_running, lookahead, artifact_dir, evict_images)
 
     # -- requests -------------------------------------------------------------------------------
     def add(
@@ -350,6 +365,7 @@ class Engine:
             "waiting": sum(map(len, self._waiting.values())),
             **{f"waiting_{k}": len(q) for k, q in self._waiting.items()},
             "blocks_used": self.blocks.used,
+            "blocks_evicted": self.evicted_blocks,
             "blocks_free": self.blocks.free,
             "slots_free": len(self._free_slots),
         }
@@ -434,6 +450,13 @@ class Engine:
         )
         return pending
 
+    def _evict_image_blocks(self, seq: _Sequence) -> None:
+        """Return the blocks of `seq` whose positions are all image tokens of its prompt to the
+        pool (evict_images): the decode steps then select none of their positions."""
+        size, image = self.layout.block_size, seq.images.rows >= 0
+        whole = [b for b in range(seq.prompt.size // size) if image[b * size : (b + 1) * size].all()]
+        self.evicted_blocks += self.blocks.evict(seq.id, whole)
+
     def _encode(self, seq: _Sequence, progress: dict[int, Progress]) -> bool:
         """Run `seq`'s images through the vision tower (encode_image, one call per image) and keep
         their features on the device; False (the request finished "nonfinite") when they are not
@@ -491,6 +514,8 @@ class Engine:
             host, nxt = self._call(fn, seq.prompt[start:end], positions, table, slot, seq.needs_row, extra)
             seq.fed = end
             if seq.images is not None and not seq.in_prompt:
+                if self.evict_images:
+                    self._evict_image_blocks(seq)
                 seq.images = None  # the features' device memory goes
             p = progress.setdefault(seq.id, Progress())
             if seq.keep_logits:  # never a static piece: its rows are all there

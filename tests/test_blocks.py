@@ -53,3 +53,14 @@ def test_random_traffic_never_shares_or_leaks_a_block():
 def test_a_pool_too_small_for_one_sequence_block_is_named(blocks, size, cause):
     with pytest.raises(BlockPoolError, match=cause):
         BlockPool(num_blocks=blocks, block_size=size)
+
+
+def test_evict_frees_blocks_and_leaves_scratch_in_their_place():
+    pool = BlockPool(num_blocks=8, block_size=4)
+    assert pool.reserve("a", 16) and pool.table("a") == [1, 2, 3, 4]
+    assert pool.evict("a", [1, 2, 2]) == 2 and pool.table("a") == [1, SCRATCH_BLOCK, SCRATCH_BLOCK, 4]
+    assert pool.evict("a", [1]) == 0  # already gone
+    assert (pool.used, pool.free) == (2, 5)
+    assert pool.reserve("b", 8) and set(pool.table("b")) <= {2, 3, 5, 6, 7}  # the evicted blocks serve others
+    assert pool.release("a") == 2 and pool.used == 2  # the scratch entries are not freed twice
+    assert SCRATCH_BLOCK not in pool._free

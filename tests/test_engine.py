@@ -81,7 +81,7 @@ def test_sequences_together_equal_each_alone(artifact, name):
         got = np.stack(logits[key])
         assert got.shape[0] == len(prompt) + n - 1
         assert _rel(got, _alone(artifact, name, prompt, tokens[key])) < TOL, key
-    idle = {"running": 0, "waiting": 0, "waiting_text": 0, "waiting_image": 0, "blocks_used": 0}
+    idle = {"running": 0, "waiting": 0, "waiting_text": 0, "waiting_image": 0, "blocks_used": 0, "blocks_evicted": 0}
     idle["blocks_free"] = engine.blocks.capacity
     assert engine.counters() == {**idle, "slots_free": engine.max_running}
 

@@ -162,3 +162,44 @@ def test_bad_image_requests_are_refused_and_the_others_run(glm5_vision_artifact,
     text_only = Engine.load(artifact("glm-base"))  # glm5_next without a tower
     with pytest.raises(EngineError, match="has no vision tower"):
         text_only.add([1, 2, 3], images=[_png(28, 28, 1)])
+
+
+def test_visual_token_eviction_frees_the_image_blocks(glm5_vision_artifact, oracle):
+    """evict_images=True: once the prompt has run, the blocks holding only image tokens go back to
+    the pool; the prompt's logits and first token are the same as keeping them, the decode rows
+    are what the selection without the images gives. What it saves and changes is printed
+    (docs/perf.md, "Visual-token eviction")."""
+    config = oracle.config
+    images = [_png(280, 224, 5)]  # 10x8 tokens: positions 4..83 hold image tokens
+    ids = _ids(config, [3, None, 20], seed=7)
+    runs = {}
+    for evict in (False, True):
+        engine = Engine.load(glm5_vision_artifact, evict_images=evict)
+        expanded = engine.image_prompt(ids, images)
+        rid = engine.add(ids, max_new_tokens=8, images=images, keep_logits=True, stop=())
+        tokens, rows, used = [], [], None
+        while engine.has_work():
+            p = engine.step().get(rid)
+            if p is not None:
+                tokens, rows = tokens + p.tokens, rows + list(p.logits)
+            if used is None and engine.phase(rid) == "decoding":
+                used = engine.counters()["blocks_used"]
+        runs[evict] = (tokens, np.stack(rows), used, engine.counters())
+    size = engine.layout.block_size
+    image = np.asarray(expanded) == config.image_token_id
+    whole = [b for b in range(len(expanded) // size) if image[b * size : (b + 1) * size].all()]
+    assert len(whole) == 4  # blocks 1..4 of 16 positions
+    (keep_tokens, keep_rows, keep_used, _), (tokens, rows, used, counters) = runs[False], runs[True]
+    assert counters["blocks_evicted"] == len(whole) and used == keep_used - len(whole)
+    assert counters["blocks_used"] == 0  # released whole at the end, scratch entries and all
+    n = len(expanded)
+    np.testing.assert_array_equal(rows[:n], keep_rows[:n])  # the prompt saw its images
+    assert tokens[0] == keep_tokens[0]
+    assert np.isfinite(rows).all()
+    change = float(np.abs(rows[n:] - keep_rows[n:]).max() / np.abs(keep_rows[n:]).max())
+    agree = float(np.mean(np.asarray(tokens) == np.asarray(keep_tokens)))
+    saved = len(whole) * engine.manifest.paged.block_bytes
+    print(
+        f"eviction: {len(whole)} blocks ({saved} bytes) of {image.sum()} image tokens freed; decode rows max rel change "
+        f"{change:.2e}, greedy agreement {agree:.2f} over {len(tokens)} tokens"
+    )

@@ -122,3 +122,15 @@ def test_views_address_rows_as_documented():
     dense = dense_view(positions, 16)
     assert dense.rows is positions and dense.physical(torch.tensor([[3, -1]])).tolist() == [[3, -1]]
     assert dense.visible.shape == (3, 16) and dense.visible[1].sum() == 6
+
+
+def test_a_scratch_table_entry_hides_its_positions_but_not_a_rows_own_slot():
+    from day0.models.paging import EVICTED_BLOCK
+    from day0.runtime.blocks import SCRATCH_BLOCK
+
+    assert EVICTED_BLOCK == SCRATCH_BLOCK
+    one = paged_view(torch.tensor([4, 5]), torch.tensor([[3, EVICTED_BLOCK, 4]]), 2)
+    assert one.visible.int().tolist() == [[1, 1, 0, 0, 1, 0], [1, 1, 0, 0, 1, 1]]
+    # a padding row of a batch (its whole table the scratch block) still sees its own slot
+    batch = paged_view(torch.tensor([1, 3]), torch.tensor([[3, 4], [0, 0]]), 2, batched=True)
+    assert batch.visible.int().tolist() == [[1, 1, 0, 0], [0, 0, 0, 1]]
