@@ -138,3 +138,18 @@ def test_an_image_past_the_context_is_a_400(client):
         openai.BadRequestError, match=r"with its 1 image\(s\) is \d+ tokens; the model's context is 128"
     ):
         client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": content}], max_tokens=2)
+
+
+def test_evict_images_frees_the_image_blocks(glm5_vision_artifact, tmp_path):
+    """`day0 serve --evict-images`: an image request's blocks of image tokens go back to the pool
+    after its prompt (Engine evict_images), which /metrics counts; the request is answered."""
+    s = ServerProcess(glm5_vision_artifact, tmp_path / "server.log", "--evict-images", "--no-warmup")
+    try:
+        client = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        content = [_image_part(_url(_png(280, 224, 6))), {"type": "text", "text": "hi"}]  # 80 image tokens
+        r = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": content}], max_tokens=3)
+        assert r.choices[0].finish_reason in ("length", "stop") and r.usage.prompt_tokens > 80
+        m = s.metrics()
+        assert m["day0_kv_blocks_evicted"] >= 4 and m["day0_kv_blocks_used"] == 0  # 80 tokens hold 4 whole blocks of 16
+    finally:
+        s.close()

@@ -21,6 +21,9 @@ class Metrics:
         self.waiting = Gauge("day0_requests_waiting", "Requests waiting for admission", ["kind"], registry=r)
         self.blocks_used = Gauge("day0_kv_blocks_used", "KV-cache blocks in use", registry=r)
         self.blocks_free = Gauge("day0_kv_blocks_free", "KV-cache blocks free", registry=r)
+        self.blocks_evicted = Gauge(
+            "day0_kv_blocks_evicted", "KV-cache blocks of image tokens returned early (--evict-images)", registry=r
+        )
         self.ready = Gauge("day0_ready", "1 once warm-up is done", registry=r)
         self.ttft = Histogram(
             "day0_time_to_first_token_seconds", "Arrival to first token", buckets=LATENCY_BUCKETS, registry=r
@@ -50,6 +53,7 @@ class Metrics:
             self.waiting.labels(kind=kind).set(c[f"waiting_{kind}"])
         self.blocks_used.set(c["blocks_used"])
         self.blocks_free.set(c["blocks_free"])
+        self.blocks_evicted.set(c["blocks_evicted"])
 
     def exposition(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -35,6 +35,7 @@ class ServeConfig:
     warmup: bool = True
     verify: bool = True  # hash the vmfb and the checkpoint's shards at load
     graceful_s: float = 30.0
+    evict_images: bool = False  # Engine.load's evict_images (visual-token eviction, opt-in)
 
 
 def load_service(cfg: ServeConfig):
@@ -57,6 +58,7 @@ def load_service(cfg: ServeConfig):
         checkpoint_dir=cfg.checkpoint_dir,
         max_running=cfg.max_batch,
         verify=cfg.verify,
+        evict_images=cfg.evict_images,
     )
     worker = EngineWorker(engine_args, Metrics(name), cfg.max_waiting, cfg.warmup)
     try:
@@ -135,6 +137,11 @@ def add_arguments(
     p.add_argument("--log-levels", default=None, help="per layer, e.g. server=debug,engine=warning,runtime=info")
     p.add_argument("--no-warmup", action="store_true", help="report ready without the warm-up requests")
     p.add_argument("--no-verify", action="store_true", help="skip the hash checks of the vmfb and the shards")
+    p.add_argument(
+        "--evict-images",
+        action="store_true",
+        help="after an image request's prompt, return its blocks of image tokens to the pool (changes answers)",
+    )
     p.add_argument("--checkpoint-dir", default=None, help=checkpoint_dir_help)
 
 
@@ -160,5 +167,6 @@ def serve_from_args(a: argparse.Namespace) -> None:
             checkpoint_dir=a.checkpoint_dir,
             warmup=not a.no_warmup,
             verify=not a.no_verify,
+            evict_images=a.evict_images,
         )
     )
