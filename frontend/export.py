@@ -89,16 +89,25 @@ def max_patches(lm, max_seq_len: int) -> int:
     return max_seq_len * lm.vision.merge**2
 
 
+def _feature_inputs(lm, max_seq_len: int) -> tuple[tuple, Dim]:
+    """The image inputs prefill_mm and paged_prefill_mm take beside a prompt (chunk) of 4 example
+    tokens: (features [3, hidden], feature_rows [4]) examples, and N's dim: dynamic in
+    [2, max_seq_len] (a call with one feature row passes a second, unused one)."""
+    examples = (torch.zeros(3, lm.cfg.hidden_size), torch.full((4,), -1))
+    return examples, Dim("feature_rows", min=2, max=max_seq_len)
+
+
 def _image_wrappers(lm, max_seq_len: int, state: list) -> dict:
     """encode_image (P = m²·blocks, blocks dynamic in [1, max_seq_len]) and prefill_mm (S dynamic
     as prefill's; N, the feature rows, dynamic in [2, max_seq_len]: a call with one feature row
     passes a second, unused one)."""
-    m2, hidden = lm.vision.merge**2, lm.cfg.hidden_size
+    m2 = lm.vision.merge**2
     patches = m2 * Dim("image_blocks", min=1, max=max_seq_len)
-    seq, rows = Dim("seq", min=2, max=max_seq_len), Dim("feature_rows", min=2, max=max_seq_len)
+    seq = Dim("seq", min=2, max=max_seq_len)
+    features, rows = _feature_inputs(lm, max_seq_len)
     zeros = lambda *shape: torch.zeros(*shape, dtype=torch.int64)  # noqa: E731
     image = (torch.zeros(2 * m2, lm.vision.patch_dim()), zeros(2 * m2, 2), zeros(2 * m2))
-    prompt = (zeros(4), zeros(1), torch.zeros(3, hidden), torch.full((4,), -1), *state)
+    prompt = (zeros(4), zeros(1), *features, *state)
     return {
         "encode_image": (_EncodeImage(lm), image, ({0: patches}, {0: patches}, {0: patches})),
         "prefill_mm": (_PrefillImages(lm), prompt, ({0: seq}, None, {0: rows}, {0: seq}, (None,) * len(state))),
@@ -250,12 +259,10 @@ def _paged_wrappers(lm, max_seq_len: int, paged: PagedExport) -> dict:
             (None, None, {1: blocks}, None, None, None, None, state_shapes),
         )
     if paged.images:
-        rows = Dim("feature_rows", min=2, max=max_seq_len)
-        hidden = lm.cfg.hidden_size
+        features, rows = _feature_inputs(lm, max_seq_len)
         wrappers["paged_prefill_mm"] = (
             _PagedImageStep(lm, paged.block),
-            (zeros(4), zeros(4), zeros(1, 2), zeros(1), prev, torch.zeros(4, vocab), zeros(1))
-            + (torch.zeros(3, hidden), torch.full((4,), -1), *examples),
+            (zeros(4), zeros(4), zeros(1, 2), zeros(1), prev, torch.zeros(4, vocab), zeros(1), *features, *examples),
             ({0: seq}, {0: seq}, {1: blocks}, None, None, {0: seq}, None, {0: rows}, {0: seq}, state_shapes),
         )
     for b in paged.batch_sizes:

@@ -392,6 +392,8 @@ def check_signatures(manifest: Manifest, reflection: dict[str, dict[str, str]], 
     signature the compiled function records (frontend/export.py): its state tensors' shapes and
     dtypes, the vocabulary, a static prompt length, max_seq_len. ArtifactError naming the first
     difference otherwise (a hand-edited manifest, or a vmfb from another compile)."""
+    # prefill_mm's and paged_prefill_mm's image inputs: features [N, hidden], feature_rows [S]
+    features = [((None, manifest.vision.hidden_size), "float32"), ((None,), "int64")] if manifest.vision else []
     for name, entry in manifest.entry_points.items():
         r = reflection.get(name)
         if r is None:
@@ -400,7 +402,7 @@ def check_signatures(manifest: Manifest, reflection: dict[str, dict[str, str]], 
             raise ArtifactError(f"{where}: function '{name}' records no day0 signature; compile the checkpoint again")
         inputs, _, outputs = r["day0.signature"].partition("->")
         args, results = _tensor_types(inputs), _tensor_types(outputs)
-        if (entry.layout == "vision" or name == IMAGE_PREFILL) and manifest.vision is None:
+        if (entry.layout == "vision" or name in (IMAGE_PREFILL, PAGED_IMAGE_PREFILL)) and manifest.vision is None:
             raise ArtifactError(f"{where}: image entry point '{name}' but no vision layout in the manifest")
         if entry.layout == "vision":  # encode_image: no state, the features its one result
             v = manifest.vision
@@ -422,16 +424,13 @@ def check_signatures(manifest: Manifest, reflection: dict[str, dict[str, str]], 
             expected_args = [((n,), "int64"), ((n,), "int64"), ((g, None), "int64"), ((g,), "int64")]
             expected_args += [((max(manifest.paged.batch_sizes),), "int64"), ((rows, manifest.vocab_size), "float32")]
             expected_args += [((g,), "int64"), *state]
-            if name == PAGED_IMAGE_PREFILL:  # features [N, hidden], feature_rows [S] after next_out
-                if manifest.vision is None:
-                    raise ArtifactError(f"{where}: image entry point '{name}' but no vision layout in the manifest")
-                expected_args[7:7] = [((None, manifest.vision.hidden_size), "float32"), ((None,), "int64")]
+            if name == PAGED_IMAGE_PREFILL:  # after next_out
+                expected_args[7:7] = features
         else:
             state = [(tuple(s.shape), s.dtype) for s in manifest.state]
             ids_len = entry.static_len or None
             expected_args = [((ids_len if name != "decode" else 1,), "int64"), ((1,), "int64"), *state]
-            if name == IMAGE_PREFILL:  # features [N, hidden], feature_rows [S] after ids and start
-                features = [((None, manifest.vision.hidden_size), "float32"), ((None,), "int64")]
+            if name == IMAGE_PREFILL:  # after ids and start
                 expected_args[2:2] = features
         problem = None
         if r.get("day0.max_seq_len") != str(manifest.max_seq_len):

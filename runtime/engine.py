@@ -73,7 +73,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from day0.runtime.artifact import IMAGE_ENCODER, NON_FINITE_TOKEN, PAGED_IMAGE_PREFILL, Manifest
+from day0.runtime.artifact import NON_FINITE_TOKEN, PAGED_IMAGE_PREFILL, Manifest
 from day0.runtime.blocks import SCRATCH_BLOCK, BlockPool
 from day0.runtime.image_prompt import ImagePrompt, ImagePrompts, image_list
 from day0.runtime.loading import open_artifact, token_ids
@@ -461,13 +461,8 @@ class Engine:
         """Run `seq`'s images through the vision tower (encode_image, one call per image) and keep
         their features on the device; False (the request finished "nonfinite") when they are not
         finite."""
-
-        def encode(pixels, positions, segments):
-            host, _ = self._encoder.call(IMAGE_ENCODER, [pixels, positions, segments], 1, (0,), 1)
-            return host[0]
-
         try:
-            features, rows = self._images.encode(encode, seq.images.prompt)
+            features, rows = self._images.encode(self._encoder, seq.images.prompt)
         except EngineError:
             seq.finished = progress.setdefault(seq.id, Progress()).finished = "nonfinite"
             return False

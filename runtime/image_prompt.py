@@ -14,13 +14,12 @@ CausalLM.mix_features).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from day0.runtime.artifact import ArtifactError, VisionLayout
+from day0.runtime.artifact import IMAGE_ENCODER, ArtifactError, VisionLayout
 
 
 @dataclass
@@ -32,10 +31,6 @@ class ImagePrompt:
     pixels: np.ndarray
     grid: np.ndarray
     counts: list[int]
-
-
-# encode_image on one image: (pixel_values, positions, segments) -> features [P / m², hidden] f32
-Encoder = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 
 class ImagePrompts:
@@ -66,16 +61,18 @@ class ImagePrompts:
         expanded = np.asarray(expand_image_placeholders(ids, token, counts), dtype=np.int64)
         return ImagePrompt(expanded, pixels, grid, counts)
 
-    def features(self, encode: Encoder, pixels: np.ndarray, grid: np.ndarray) -> np.ndarray:
-        """The features [N, hidden] f32 of preprocessed images, each through `encode` on its own;
-        `error` when they are not finite (broken vision weights or config values)."""
+    def features(self, caller, pixels: np.ndarray, grid: np.ndarray) -> np.ndarray:
+        """The features [N, hidden] f32 of preprocessed images, each through encode_image on its
+        own, called with `caller` (runtime/step_call.py StepCaller, the caller's own); `error` when
+        they are not finite (broken vision weights or config values)."""
         from day0.runtime.images import vision_inputs
 
         out, at = [], 0
         for t, h, w in grid.tolist():
             patches = t * h * w
             positions, segments = vision_inputs([[t, h, w]], self.vision.merge_size)
-            out.append(encode(pixels[at : at + patches], positions, segments))
+            host, _ = caller.call(IMAGE_ENCODER, [pixels[at : at + patches], positions, segments], 1, (0,), 1)
+            out.append(host[0])
             at += patches
         features = np.concatenate(out)
         if not np.isfinite(features).all():
@@ -85,12 +82,12 @@ class ImagePrompts:
             )
         return features
 
-    def encode(self, encode: Encoder, prompt: ImagePrompt) -> tuple[np.ndarray, np.ndarray]:
+    def encode(self, caller, prompt: ImagePrompt) -> tuple[np.ndarray, np.ndarray]:
         """(features [N, hidden] f32, padded to at least 2 rows: the image steps take N >= 2;
         feature_rows [len(prompt.ids)] int64: -1 for a text row, k for the k-th image row)."""
         from day0.runtime.images import image_feature_rows
 
-        features = self.features(encode, prompt.pixels, prompt.grid)
+        features = self.features(caller, prompt.pixels, prompt.grid)
         rows = image_feature_rows(prompt.ids, self.vision.image_token_id, len(features))
         if len(features) < 2:  # an unused zero row
             features = np.concatenate([features, np.zeros((2 - len(features), self.vision.hidden_size), np.float32)])

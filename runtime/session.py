@@ -48,7 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
-from day0.runtime.artifact import IMAGE_ENCODER, IMAGE_PREFILL, NON_FINITE_TOKEN, Manifest
+from day0.runtime.artifact import IMAGE_PREFILL, NON_FINITE_TOKEN, Manifest
 from day0.runtime.image_prompt import ImagePrompts, image_list
 from day0.runtime.loading import open_artifact, token_ids
 from day0.runtime.sampling import greedy, make_rng, sample, validate_sampling
@@ -219,7 +219,7 @@ class Session:
         """Append the pending token (if any) and a checked prompt (`_prompt`, `_text`); returns
         _run_prompt's pieces with the pending token's row dropped."""
         if prompt.pixels is not None:
-            features, rows = self._images.encode(self._encode_image, prompt)
+            features, rows = self._images.encode(self._caller, prompt)
             ids, skip = self._take_pending(prompt.ids)
             rows = np.concatenate([np.full(skip, -1, dtype=np.int64), rows])
             return [(self._run_images(ids, features, rows, want), skip)]
@@ -272,11 +272,6 @@ class Session:
             raise SessionError("a prompt with images needs at least 2 tokens (prefill_mm's shortest prompt)")
         return _Prompt(p.ids, p.pixels, p.grid)
 
-    def _encode_image(self, pixels: np.ndarray, positions: np.ndarray, segments: np.ndarray) -> np.ndarray:
-        """encode_image on one image's inputs: its features [P / m², hidden] f32."""
-        host, _ = self._caller.call(IMAGE_ENCODER, [pixels, positions, segments], 1, (0,), 1)
-        return host[0]
-
     def _run_images(self, ids: np.ndarray, features: np.ndarray, rows: np.ndarray, want: str | None):
         """prefill_mm on ids (the pending token first, if any) at the current position; `want` as _run."""
         read = {"logits": (0,), "next": (1,), None: ()}[want]
@@ -303,7 +298,7 @@ class Session:
             raise SessionError(
                 f"an image of {max(p.counts)} image tokens is more than the artifact's max_seq_len {self.max_seq_len}"
             )
-        return self._images.features(self._encode_image, p.pixels, p.grid)
+        return self._images.features(self._caller, p.pixels, p.grid)
 
     @_exclusive
     def image_prompt(self, ids, images) -> list[int]:

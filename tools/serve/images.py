@@ -46,13 +46,13 @@ def image_token_count(data: bytes, config, merge_size: int, param: str) -> int:
     ApiError (400) naming `param` when it is not an image Pillow can open."""
     from PIL import Image, UnidentifiedImageError
 
-    from day0.runtime.images import ImageError, image_grid
+    from day0.runtime.images import ImageError, image_grid, image_tokens
 
     try:
         with Image.open(io.BytesIO(data)) as image:
             width, height = image.size
-        t, h, w = image_grid(height, width, config)
+        grid = image_grid(height, width, config)
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError) as e:
         why = str(e) if isinstance(e, ImageError) else f"not an image Pillow can read ({type(e).__name__})"
         raise ApiError(400, f"the image cannot be used: {why}", param) from None
-    return t * h * w // merge_size**2
+    return image_tokens([grid], merge_size)[0]

@@ -258,10 +258,14 @@ def _engine_main(engine_args: dict, warmup: bool, commands, results) -> None:
                 engine.manifest.target,
                 engine.layout.block_size,
                 c["blocks_free"] + c["blocks_used"],
-                *(
-                    ()
+                **(
+                    {}
                     if engine.vision is None
-                    else (engine.vision.image_token_id, engine.image_config, engine.vision.merge_size)
+                    else dict(
+                        image_token_id=engine.vision.image_token_id,
+                        image_config=engine.image_config,
+                        merge_size=engine.vision.merge_size,
+                    )
                 ),
             ),
         )
