@@ -21,7 +21,7 @@ from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 from torch_mlir.extras.fx_importer import FxImporter, FxImporterHooks
 
 from day0.frontend import ops  # registers the day0:: ops before tracing
-from day0.runtime.artifact import NON_FINITE_TOKEN
+from day0.runtime.artifact import NON_FINITE_TOKEN, image_encoder
 
 PARAMETER_OP = "torch.day0.parameter"
 
@@ -70,9 +70,9 @@ class _PrefillImages(_Prefill):
 
 
 class _EncodeImage(nn.Module):
-    """The vision tower (`encode_image`): (pixel_values [P, patch_dim] f32, positions [P, 2] i64,
-    segments [P] i64) -> features [P/m², hidden] f32, P a multiple of m² (models/vision.py). No
-    gather or write depends on the inputs' values: positions only enter the rope's angles and
+    """The vision tower (`encode_image_<P>`): (pixel_values [P, patch_dim] f32, positions [P, 2]
+    i64, segments [P] i64) -> features [P/m², hidden] f32, P a multiple of m² (models/vision.py).
+    No gather or write depends on the inputs' values: positions only enter the rope's angles and
     segments only the attention mask."""
 
     def __init__(self, lm):
@@ -83,12 +83,6 @@ class _EncodeImage(nn.Module):
         return self.lm.vision(pixel_values, positions, segments)
 
 
-def max_patches(lm, max_seq_len: int) -> int:
-    """The most patches one `encode_image` call takes: one image token is m² patches, and a
-    prompt holds at most max_seq_len tokens."""
-    return max_seq_len * lm.vision.merge**2
-
-
 def _feature_inputs(lm, max_seq_len: int) -> tuple[tuple, Dim]:
     """The image inputs prefill_mm and paged_prefill_mm take beside a prompt (chunk) of 4 example
     tokens: (features [3, hidden], feature_rows [4]) examples, and N's dim: dynamic in
@@ -97,19 +91,20 @@ def _feature_inputs(lm, max_seq_len: int) -> tuple[tuple, Dim]:
     return examples, Dim("feature_rows", min=2, max=max_seq_len)
 
 
-def _image_wrappers(lm, max_seq_len: int, state: list) -> dict:
-    """encode_image (P = m²·blocks, blocks dynamic in [1, max_seq_len]) and prefill_mm (S dynamic
-    as prefill's; N, the feature rows, dynamic in [2, max_seq_len]: a call with one feature row
-    passes a second, unused one)."""
-    m2 = lm.vision.merge**2
-    patches = m2 * Dim("image_blocks", min=1, max=max_seq_len)
+def _image_wrappers(lm, max_seq_len: int, state: list, buckets: tuple[int, ...]) -> dict:
+    """encode_image_<P> for each P of `buckets` (static patch counts: runtime/images.py
+    image_buckets says why) and prefill_mm (S dynamic as prefill's; N, the feature rows, dynamic
+    in [2, max_seq_len]: a call with one feature row passes a second, unused one)."""
     seq = Dim("seq", min=2, max=max_seq_len)
     features, rows = _feature_inputs(lm, max_seq_len)
     zeros = lambda *shape: torch.zeros(*shape, dtype=torch.int64)  # noqa: E731
-    image = (torch.zeros(2 * m2, lm.vision.patch_dim()), zeros(2 * m2, 2), zeros(2 * m2))
     prompt = (zeros(4), zeros(1), *features, *state)
+    encoders = {
+        image_encoder(p): (_EncodeImage(lm), (torch.zeros(p, lm.vision.patch_dim()), zeros(p, 2), zeros(p)), None)
+        for p in buckets
+    }
     return {
-        "encode_image": (_EncodeImage(lm), image, ({0: patches}, {0: patches}, {0: patches})),
+        **encoders,
         "prefill_mm": (_PrefillImages(lm), prompt, ({0: seq}, None, {0: rows}, {0: seq}, (None,) * len(state))),
     }
 
@@ -301,14 +296,15 @@ def takes_images(lm: nn.Module) -> bool:
     return lm.takes_image_features and getattr(lm, "vision", None) is not None
 
 
-def entry_points(lm: nn.Module, prefill_chunk: int = 0, images: bool = True) -> list[str]:
+def entry_points(lm: nn.Module, prefill_chunk: int = 0, images: tuple[int, ...] = ()) -> list[str]:
     """The functions export_model emits for this model (a models.base.CausalLM; prefill_chunk,
     images: see export_model)."""
+    encoders = [image_encoder(p) for p in images] if takes_images(lm) else []
     return (
         ["prefill", "decode"]
         + (["prefill_first"] if lm.has_first_turn else [])
         + (["prefill_chunk"] if prefill_chunk else [])
-        + (["encode_image", "prefill_mm"] if images and takes_images(lm) else [])
+        + (encoders + ["prefill_mm"] if encoders else [])
     )
 
 
@@ -321,14 +317,15 @@ def export_model(
     keep: tuple[str, ...] = (),
     prefill_chunk: int = 0,
     paged: PagedExport | None = None,
-    images: bool = True,
+    images: tuple[int, ...] = (),
 ) -> ExportedModule:
     """Export `lm.step` as prefill (S in [2, max_seq_len], dynamic), decode (S = 1) and, for
     models with a first-turn form, prefill_first (start == 0, dynamic S); with prefill_chunk > 0
     also prefill_chunk (S = prefill_chunk, static); with `paged`, `lm.step_paged` as the paged
-    entry points (PagedExport). A model with a vision tower (takes_images), unless `images` is
-    false, also gets `encode_image` (the tower: pixel_values [P, patch_dim], positions [P, 2],
-    segments [P] -> features [P/m², hidden]; P dynamic, a multiple of m², at most max_patches) and
+    entry points (PagedExport). A model with a vision tower (takes_images), given `images` (patch
+    counts: runtime/images.py image_buckets), also gets `encode_image_<P>` for each P of them (the
+    tower: pixel_values [P, patch_dim], positions [P, 2], segments [P] -> features [P/m², hidden];
+    P static, a multiple of m²) and
     `prefill_mm` (ids [S], start [1], features [N, hidden], feature_rows [S], *state -> logits,
     next, *state; S in [2, max_seq_len], N in [2, max_seq_len]). `keep`: names of DECOMPOSABLE day0 ops to leave
     as `torch.operator` for the target's passes (the others are traced as their reference aten
@@ -352,7 +349,7 @@ def export_model(
     if paged is not None:
         modules.update(_paged_wrappers(lm, max_seq_len, paged))
     if images and takes_images(lm):
-        modules.update(_image_wrappers(lm, max_seq_len, state))
+        modules.update(_image_wrappers(lm, max_seq_len, state, images))
     params: set[str] = set()
     for name in entry_points(lm, prefill_chunk, images) + paged_entry_points(paged):
         module, args, shapes = modules[name]

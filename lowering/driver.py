@@ -63,9 +63,10 @@ ENTRY_POINTS = {
         "outputs": ("logits[C,V] float32", NEXT, "*state"),
     },
     # a model with a vision tower (manifest `vision`: runtime/artifact.py VisionLayout)
+    # encode_image_<P> (runtime/artifact.py image_encoder), one per vision.buckets entry P
     "encode_image": {
         "inputs": (
-            "pixel_values[P,patch_dim] float32 (P a multiple of merge_size², at most vision.max_patches)",
+            "pixel_values[P,patch_dim] float32 (P = static_len, one of vision.buckets)",
             "positions[P,2] int64 (each patch's row and column in its image)",
             "segments[P] int64 (each patch's image: patches attend within their segment)",
         ),
@@ -140,6 +141,9 @@ class BuildOptions:
     # max_batch sequences, over pools of block_size-position blocks
     max_batch: int = 0
     block_size: int = DEFAULT_BLOCK_SIZE
+    # image-token counts to compile the vision tower at (runtime/images.py image_buckets); empty:
+    # powers of two up to the image processor's max_image_tokens (or max_seq_len, if lower)
+    image_buckets: tuple[int, ...] = ()
 
 
 def _progress_printer(stream=sys.stderr) -> Callable[[str, str], None]:
@@ -187,6 +191,7 @@ def compile_checkpoint(
         FileRecord,
         Manifest,
         Parameters,
+        image_encoder,
     )
 
     progress = progress or _progress_printer()
@@ -206,6 +211,7 @@ def compile_checkpoint(
     for note in model_cls.compile_notes(ckpt.config, cfg):
         progress("read", note)
     vision = vision_layout(model, ckpt, options)
+    buckets = vision.buckets if vision else ()
     if takes_images(model) and vision is None:
         progress("read", f"the vision tower is left out (text only): target {target.name} does not run images yet")
     progress("read", "done")
@@ -224,7 +230,7 @@ def compile_checkpoint(
             keep=target.kept_ops,
             prefill_chunk=chunk,
             paged=paged,
-            images=vision is not None,
+            images=buckets,
         )
         if stages:
             (stages / "00-export.mlir").write_text(exported.mlir)
@@ -267,8 +273,10 @@ def compile_checkpoint(
             entry_points={
                 **{
                     name: EntryPoint(**ENTRY_POINTS[name], **({"static_len": chunk} if name == "prefill_chunk" else {}))
-                    for name in entry_points(model, chunk, images=vision is not None)
+                    for name in entry_points(model, chunk)
                 },
+                **{image_encoder(p): EntryPoint(**ENTRY_POINTS["encode_image"], static_len=p) for p in buckets},
+                **({"prefill_mm": EntryPoint(**ENTRY_POINTS["prefill_mm"])} if vision else {}),
                 **paged_entry_points(paged),
             },
             state=tuple(model.state_specs()),
@@ -296,10 +304,10 @@ def vision_layout(model, ckpt, options: BuildOptions):
     otherwise. The checkpoint's preprocessor_config.json, when it has one, must be one day0
     follows (runtime/images.py ImageConfig) and cut patches of the tower's sizes; the artifact
     gets a copy. BuildError naming the field otherwise."""
-    from day0.frontend.export import max_patches, takes_images
+    from day0.frontend.export import takes_images
     from day0.lowering.targets import get_target
     from day0.runtime.artifact import VisionLayout
-    from day0.runtime.images import ImageConfig, ImageConfigError
+    from day0.runtime.images import ImageConfig, ImageConfigError, image_buckets
 
     if not takes_images(model) or not get_target(options.target).images:
         return None
@@ -320,6 +328,13 @@ def vision_layout(model, ckpt, options: BuildOptions):
                 f"{where}: {field} is {ours}, but the vision tower's (config.json vision_config) is {theirs}: "
                 f"the image processor must cut the patches the tower takes"
             )
+    cap = min(image.max_image_tokens, options.max_seq_len)
+    try:
+        buckets = image_buckets(image.min_image_tokens, cap, tower.spatial_merge_size, options.image_buckets)
+    except ValueError as e:
+        raise BuildError(
+            f"--image-buckets: {e} (max_image_tokens {image.max_image_tokens}, max_seq_len {options.max_seq_len})"
+        ) from None
     if tower.in_channels != 3:
         raise BuildError(
             f"config.json: field 'vision_config.in_channels': {tower.in_channels} is not supported (images are RGB: 3)"
@@ -331,8 +346,9 @@ def vision_layout(model, ckpt, options: BuildOptions):
         temporal_patch_size=tower.temporal_patch_size,
         merge_size=tower.spatial_merge_size,
         hidden_size=model.cfg.hidden_size,
-        max_patches=max_patches(model, options.max_seq_len),
+        max_patches=buckets[-1],
         image_config=IMAGE_CONFIG_FILE if path.is_file() else None,
+        buckets=buckets,
     )
 
 

@@ -32,7 +32,8 @@ VMFB = "model.vmfb"
 # 4: paged entry points write their logits and next tokens into caller buffers and take `prev`;
 #    an artifact with a vision tower adds `vision` (absent otherwise, so text-only manifests are
 #    unchanged) and the entry points encode_image and prefill_mm.
-FORMAT_VERSION = 4
+# 5: the vision tower at static patch counts, `encode_image_<P>` for each P of `vision.buckets`.
+FORMAT_VERSION = 5
 
 
 class ArtifactError(ValueError):
@@ -49,7 +50,8 @@ class WeightsError(ArtifactError):
 
 # the greedy next token an entry point returns when its last logits row is not all finite
 NON_FINITE_TOKEN = -1
-# the image entry points of an artifact with a vision tower (VisionLayout)
+# the image entry points of an artifact with a vision tower (VisionLayout): image_encoder(P) for each
+# bucket P, and IMAGE_PREFILL
 IMAGE_ENCODER, IMAGE_PREFILL = "encode_image", "prefill_mm"
 PAGED_IMAGE_PREFILL = "paged_prefill_mm"  # the Engine's chunk of a prompt with images
 
@@ -65,7 +67,7 @@ class FileRecord:
 
 @dataclass(frozen=True)
 class EntryPoint:
-    """One exported function. Every entry point but encode_image takes (ids, start, *state) and
+    """One exported function. Every entry point but the image encoders takes (ids, start, *state) and
     returns (logits, [next,] *state): `greedy_next` says whether the greedy next token (argmax of
     the last row, lowest id on ties) sits between the logits and the state. `static_len` > 0: ids
     must have exactly that many tokens; else at least `min_len`."""
@@ -76,7 +78,7 @@ class EntryPoint:
     min_len: int = 1
     static_len: int = 0
     # "dense": (ids, start, *state) over the manifest's `state` (prefill_mm: ids, start, features,
-    # feature_rows, *state); "vision": encode_image, (pixel_values, positions, segments) ->
+    # feature_rows, *state); "vision": encode_image_<P>, (pixel_values, positions, segments) ->
     # features (VisionLayout), no state; "paged": (ids, positions, tables, slots, prev,
     # logits_out, next_out, *pools, *slot tensors) -> (*pools, *slot tensors) over
     # `paged` (PagedLayout; frontend/export.py, _PagedStep), `batch` sequences of one token each
@@ -140,9 +142,9 @@ class PagedLayout:
 @dataclass(frozen=True)
 class VisionLayout:
     """What a runtime needs to feed images to an artifact with a vision tower (glm5_next with a
-    vision_config): its `encode_image` entry point takes pixel_values [P, patch_dim] f32 (P a
-    multiple of merge_size², at most max_patches), positions [P, 2] and segments [P] i64, and
-    returns features [P / merge_size², hidden_size] f32, which `prefill_mm` puts in place of the
+    vision_config): its `encode_image_<P>` entry points, one per bucket P (static; multiples of
+    merge_size², the last max_patches), take pixel_values [P, patch_dim] f32, positions [P, 2] and
+    segments [P] i64, and return features [P / merge_size², hidden_size] f32, which `prefill_mm` puts in place of the
     prompt's `image_token_id` rows. patch_size / temporal_patch_size / merge_size are the tower's,
     which the image processor's settings (`image_config`: the artifact's preprocessor_config.json,
     None: runtime/images.py ImageConfig's defaults) must match."""
@@ -155,6 +157,24 @@ class VisionLayout:
     hidden_size: int
     max_patches: int
     image_config: str | None = None
+    # the patch counts encode_image was compiled at, ascending (the last is max_patches): an image
+    # of P patches runs as encode_image_<B>, B the first bucket >= P (runtime/images.py image_buckets)
+    buckets: tuple[int, ...] = ()
+
+    def bucket(self, patches: int) -> int:
+        """The smallest bucket holding `patches` patches; ArtifactError past the largest."""
+        for b in self.buckets:
+            if b >= patches:
+                return b
+        raise ArtifactError(
+            f"an image of {patches} patches is larger than the largest encode_image bucket "
+            f"({self.buckets[-1] if self.buckets else 0} patches)"
+        )
+
+
+def image_encoder(patches: int) -> str:
+    """The entry point running the vision tower on `patches` patches (a VisionLayout bucket)."""
+    return f"{IMAGE_ENCODER}_{patches}"
 
 
 @dataclass(frozen=True)
@@ -189,7 +209,7 @@ class Manifest:
     vmfb: FileRecord | None = None  # filled in by `seal`
     paged: PagedLayout | None = None  # the paged entry points' pools, when compiled with them
     format_version: int = FORMAT_VERSION
-    # the image entry points (encode_image, prefill_mm), for a model with a vision tower; absent
+    # the image entry points (encode_image_<P>, prefill_mm), for a model with a vision tower; absent
     # from a text-only artifact's manifest.json
     vision: VisionLayout | None = None
 
@@ -394,6 +414,16 @@ def check_signatures(manifest: Manifest, reflection: dict[str, dict[str, str]], 
     difference otherwise (a hand-edited manifest, or a vmfb from another compile)."""
     # prefill_mm's and paged_prefill_mm's image inputs: features [N, hidden], feature_rows [S]
     features = [((None, manifest.vision.hidden_size), "float32"), ((None,), "int64")] if manifest.vision else []
+    if manifest.vision:
+        buckets = manifest.vision.buckets
+        if not buckets or list(buckets) != sorted(set(buckets)) or buckets[-1] != manifest.vision.max_patches:
+            raise ArtifactError(
+                f"{where}: vision.buckets {list(buckets)} must ascend to vision.max_patches "
+                f"({manifest.vision.max_patches})"
+            )
+        missing = [image_encoder(b) for b in buckets if image_encoder(b) not in manifest.entry_points]
+        if missing:
+            raise ArtifactError(f"{where}: vision.buckets name entry points the manifest lacks: {', '.join(missing)}")
     for name, entry in manifest.entry_points.items():
         r = reflection.get(name)
         if r is None:
@@ -404,11 +434,14 @@ def check_signatures(manifest: Manifest, reflection: dict[str, dict[str, str]], 
         args, results = _tensor_types(inputs), _tensor_types(outputs)
         if (entry.layout == "vision" or name in (IMAGE_PREFILL, PAGED_IMAGE_PREFILL)) and manifest.vision is None:
             raise ArtifactError(f"{where}: image entry point '{name}' but no vision layout in the manifest")
-        if entry.layout == "vision":  # encode_image: no state, the features its one result
-            v = manifest.vision
-            expected_args = [((None, v.patch_dim), "float32"), ((None, 2), "int64"), ((None,), "int64")]
+        if entry.layout == "vision":  # encode_image_<P>: no state, the features its one result
+            v, p = manifest.vision, entry.static_len
+            if name != image_encoder(p) or p not in v.buckets:
+                raise ArtifactError(f"{where}: image encoder '{name}' is not one of vision.buckets {list(v.buckets)}")
+            expected_args = [((p, v.patch_dim), "float32"), ((p, 2), "int64"), ((p,), "int64")]
             problem = _first_difference("argument", args, expected_args)
-            problem = problem or _first_difference("result", results, [((None, v.hidden_size), "float32")])
+            rows = p // v.merge_size**2
+            problem = problem or _first_difference("result", results, [((rows, v.hidden_size), "float32")])
             if problem:
                 raise ArtifactError(
                     f"{where}: function '{name}': {problem} (edited manifest, or another compile's vmfb?)"

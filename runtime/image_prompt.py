@@ -5,8 +5,9 @@ and the images (encoded bytes, a file path, or a PIL image). `ImagePrompts.promp
 placeholders against the images, decodes and preprocesses the images with the artifact's
 preprocessor_config.json (runtime/images.py), and expands each placeholder to its image's token
 count: nothing runs on the device, so every bad input is refused before any device work.
-`ImagePrompts.encode` then runs each image through the artifact's `encode_image` on its own (the
-tower attends within an image; one call per image keeps the P² scores per image) and returns the
+`ImagePrompts.encode` then runs each image through the artifact's `encode_image_<P>` on its own,
+P the smallest compiled patch count holding it (the tower attends within an image; one call per
+image keeps the P² scores per image) and returns the
 features and feature rows that `prefill_mm` / `paged_prefill_mm` take (models/base.py
 CausalLM.mix_features).
 """
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from day0.runtime.artifact import IMAGE_ENCODER, ArtifactError, VisionLayout
+from day0.runtime.artifact import ArtifactError, VisionLayout, image_encoder
 
 
 @dataclass
@@ -62,17 +63,20 @@ class ImagePrompts:
         return ImagePrompt(expanded, pixels, grid, counts)
 
     def features(self, caller, pixels: np.ndarray, grid: np.ndarray) -> np.ndarray:
-        """The features [N, hidden] f32 of preprocessed images, each through encode_image on its
-        own, called with `caller` (runtime/step_call.py StepCaller, the caller's own); `error` when
-        they are not finite (broken vision weights or config values)."""
-        from day0.runtime.images import vision_inputs
+        """The features [N, hidden] f32 of preprocessed images, each through the encode_image
+        bucket holding it on its own (padded: runtime/images.py pad_to_bucket), called with
+        `caller` (runtime/step_call.py StepCaller, the caller's own); `error` when they are not
+        finite (broken vision weights or config values)."""
+        from day0.runtime.images import pad_to_bucket, vision_inputs
 
-        out, at = [], 0
+        out, at, m2 = [], 0, self.vision.merge_size**2
         for t, h, w in grid.tolist():
             patches = t * h * w
             positions, segments = vision_inputs([[t, h, w]], self.vision.merge_size)
-            host, _ = caller.call(IMAGE_ENCODER, [pixels[at : at + patches], positions, segments], 1, (0,), 1)
-            out.append(host[0])
+            bucket = self.vision.bucket(patches)
+            inputs = pad_to_bucket(pixels[at : at + patches], positions, segments, bucket)
+            host, _ = caller.call(image_encoder(bucket), list(inputs), 1, (0,), 1)
+            out.append(host[0][: patches // m2])
             at += patches
         features = np.concatenate(out)
         if not np.isfinite(features).all():

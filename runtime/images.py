@@ -450,3 +450,44 @@ def image_feature_rows(ids: Sequence[int], image_token_id: int, feature_count: i
     rows = np.full(ids.shape, -1, dtype=np.int64)
     rows[placeholders] = np.arange(found, dtype=np.int64)
     return rows
+
+
+def image_buckets(min_tokens: int, max_tokens: int, merge_size: int, tokens: Sequence[int] = ()) -> tuple[int, ...]:
+    """The patch counts an artifact compiles the vision tower at (`encode_image_<P>`), ascending:
+    `tokens` (image-token counts) if given, else 2^k and 3·2^(k-1) (16, 24, 32, 48, 64, ...) from
+    the first holding `min_tokens` up to `max_tokens`, and `max_tokens` itself; each times
+    merge_size² patches.
+
+    Why static sizes: IREE compiles the tower's attention for a dynamic patch count into
+    dispatches ~7x slower than for a fixed one (docs/perf.md, images). An image runs at the first
+    bucket holding it, padded with patches of a segment of their own that no image patch attends
+    to (pad_to_bucket): steps of at most 1.5x cost at most 1.5x the MLP's work and 2.25x the
+    attention's (doubling steps measured 4.7x slower at 144 tokens than the exact size), and two
+    functions an octave cover every size. ValueError for tokens outside [1, max_tokens]."""
+    if tokens:
+        bad = [t for t in tokens if not 1 <= int(t) <= max_tokens]
+        if bad:
+            raise ValueError(f"image bucket(s) {bad} outside [1, {max_tokens}] image tokens")
+        counts = sorted({int(t) for t in tokens} | {max_tokens})
+    else:
+        steps = sorted({b for k in range(1, max_tokens.bit_length() + 1) for b in (2**k, 3 * 2 ** (k - 1))})
+        counts = [b for b in steps if min(min_tokens, max_tokens) <= b < max_tokens] + [max_tokens]
+    return tuple(t * merge_size**2 for t in counts)
+
+
+def pad_to_bucket(
+    pixels: np.ndarray, positions: np.ndarray, segments: np.ndarray, bucket: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The vision tower's inputs for P patches grown to `bucket` patches: zero pixels at position
+    (0, 0) in a segment past every real one, so real patches attend exactly as without them
+    (masked scores are -inf, their weights exactly 0) and the padding's feature rows, which
+    follow the real ones, are dropped by the caller."""
+    extra = bucket - len(pixels)
+    if extra == 0:
+        return pixels, positions, segments
+    pad = np.full(extra, segments.max() + 1, dtype=np.int64)
+    return (
+        np.concatenate([pixels, np.zeros((extra, pixels.shape[1]), pixels.dtype)]),
+        np.concatenate([positions, np.zeros((extra, 2), np.int64)]),
+        np.concatenate([segments, pad]),
+    )

@@ -114,6 +114,7 @@ def demo_engine_artifact(demo_cli) -> Path:
 
 GLM5_VISION_SEED = 3
 GLM5_VISION_MAX_SEQ_LEN = 128
+GLM5_VISION_BUCKETS = (32, 64)  # image tokens; the artifact adds max_seq_len
 
 
 @pytest.fixture(scope="session")
@@ -133,13 +134,17 @@ def glm5_vision_checkpoint(workdir) -> Path:
 @pytest.fixture(scope="session")
 def glm5_vision_artifact(workdir, glm5_vision_checkpoint) -> Path:
     """glm5_vision_checkpoint compiled once a run for llvm-cpu (max_seq_len 128): the dense entry
-    points with encode_image and prefill_mm (Session), and the paged ones with paged_prefill_mm
-    (Engine, batched decode for up to 2 sequences, blocks of 16)."""
+    points with the vision tower at 32, 64 and 128 image tokens (GLM5_VISION_BUCKETS, and the
+    largest: fewer than the default's seven, to keep the compile short) and prefill_mm (Session),
+    and the paged ones with paged_prefill_mm (Engine, batched decode for up to 2 sequences,
+    blocks of 16)."""
     from day0.lowering.driver import BuildOptions, compile_checkpoint
 
     path = workdir / "artifact-glm5-vision"
     with once(workdir, path.name):
         if not path.exists():
-            options = BuildOptions(max_seq_len=GLM5_VISION_MAX_SEQ_LEN, max_batch=2, block_size=16)
+            options = BuildOptions(
+                max_seq_len=GLM5_VISION_MAX_SEQ_LEN, max_batch=2, block_size=16, image_buckets=GLM5_VISION_BUCKETS
+            )
             compile_checkpoint(glm5_vision_checkpoint, path, options, progress=lambda *_: None)
     return path

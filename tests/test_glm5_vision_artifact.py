@@ -188,14 +188,22 @@ def test_manifest_and_artifact_files(art, ckpt):
     from day0.runtime.artifact import read_manifest
 
     m = read_manifest(art)
-    dense = ["prefill", "decode", "encode_image", "prefill_mm"]
+    # the tower at static patch counts: the fixture's 32 and 64 image tokens and max_seq_len's 128,
+    # 4 patches a token
+    encoders = ["encode_image_128", "encode_image_256", "encode_image_512"]
+    dense = ["prefill", "decode", *encoders, "prefill_mm"]
     assert list(m.entry_points) == dense + ["paged_prefill", "paged_prefill_mm", "paged_decode_1", "paged_decode_2"]
-    assert m.entry_points["encode_image"].layout == "vision"
+    assert [(m.entry_points[e].layout, m.entry_points[e].static_len) for e in encoders] == [
+        ("vision", 128),
+        ("vision", 256),
+        ("vision", 512),
+    ]
     paged_mm = m.entry_points["paged_prefill_mm"]
     assert paged_mm.layout == "paged" and paged_mm.min_len == 2 and paged_mm.inputs[7].startswith("features[N,hidden]")
     v = m.vision
     assert (v.image_token_id, v.patch_dim, v.merge_size, v.hidden_size) == (324, 1176, 2, 32)
-    assert v.max_patches == MAX_SEQ_LEN * 4 and v.image_config == "preprocessor_config.json"
+    assert v.buckets == (128, 256, 512) and v.max_patches == MAX_SEQ_LEN * 4
+    assert v.image_config == "preprocessor_config.json"
     assert (art / v.image_config).read_bytes() == (ckpt / v.image_config).read_bytes()
     data = json.loads((art / "manifest.json").read_text())
     assert data["vision"]["image_token_id"] == 324
@@ -205,6 +213,38 @@ def test_manifest_and_artifact_files(art, ckpt):
     )
     assert "vision" not in text.to_json()
     assert type(m).from_json(json.loads(json.dumps(m.to_json()))) == m
+
+
+def _drop_entry(m, name):
+    del m["entry_points"][name]
+
+
+@pytest.mark.parametrize(
+    "edit,cause",
+    [
+        (lambda m: m["vision"].update(buckets=[128, 256]), r"vision.buckets \[128, 256\] must ascend to .* \(512\)"),
+        (lambda m: _drop_entry(m, "encode_image_256"), r"vision.buckets name entry points the manifest lacks: encode_image_256"),
+        (
+            lambda m: m["entry_points"]["encode_image_128"].update(static_len=256),
+            r"image encoder 'encode_image_128' is not one of vision.buckets",
+        ),
+        (
+            lambda m: m["vision"].update(buckets=[128, 256, 300, 512]),
+            r"vision.buckets name entry points the manifest lacks: encode_image_300",
+        ),
+    ],
+    ids=["max", "missing-entry", "static-len", "extra-bucket"],
+)
+def test_edited_buckets_are_refused(art, tmp_path, edit, cause):
+    """The manifest's image encoders and its vision.buckets must describe each other and the module."""
+    from day0.runtime.artifact import ArtifactError
+
+    edited = shutil.copytree(art, tmp_path / "edited")
+    m = json.loads((edited / "manifest.json").read_text())
+    edit(m)
+    (edited / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(ArtifactError, match=cause):
+        Session.load(edited)
 
 
 def test_errors(session, oracle, art, tmp_path):
@@ -344,3 +384,14 @@ def test_generate_cli_image_errors(art, artifact, tmp_path):
     png = _given("tall", tmp_path)
     r = _day0("generate", artifact("ds-sparse"), "--prompt-ids", "5,6,7", "--image", png)
     assert r.returncode != 0 and "has no vision tower" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_compile_cli_image_bucket_errors(ckpt, tmp_path):
+    """--image-buckets out of range, or not numbers: an error naming the option, no artifact."""
+    out = tmp_path / "art"
+    r = _day0("compile", ckpt, "-o", out, "--max-seq-len", MAX_SEQ_LEN, "--image-buckets", "16,500")
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "--image-buckets: image bucket(s) [500] outside [1, 128] image tokens" in r.stderr
+    r = _day0("compile", ckpt, "-o", out, "--image-buckets", "16,big")
+    assert r.returncode != 0 and "expected image-token counts separated by commas, got '16,big'" in r.stderr
+    assert not out.exists()

@@ -15,6 +15,7 @@ from transformers.vision_utils import get_vision_cu_seqlens, get_vision_position
 from day0.models.checkpoint import CheckpointError
 from day0.models.config import ConfigError
 from day0.models.vision import PREFIX, VisionTower, load_vision_tower, vision_inputs
+from day0.runtime.images import image_buckets, pad_to_bucket
 
 TOL = 1e-5
 LIMIT = 1.5  # swiglu_limit low enough that the clamps bite on the random weights below
@@ -139,6 +140,34 @@ def test_images_are_independent(tower):
         first = tower(pixels[:4], positions[:4], segments[:4])
         second = tower(pixels[4:], positions[4:], segments[4:] - 1)
     assert rel_err(both, torch.cat([first, second])) < TOL
+
+
+@pytest.mark.parametrize("case", ["one image", "video"])
+def test_padding_to_a_bucket_changes_nothing(tower, case):
+    """An image padded to its encode_image bucket (runtime/images.py pad_to_bucket) has the
+    features it has alone in its first rows: the padding is a segment no real patch sees."""
+    pixels, positions, segments = _inputs(GRIDS[case])
+    n = len(pixels)
+    padded = [torch.from_numpy(a) for a in pad_to_bucket(pixels.numpy(), positions.numpy(), segments.numpy(), n + 12)]
+    assert padded[0].shape[0] == n + 12 and (padded[2][n:] == segments.max() + 1).all()
+    with torch.no_grad():
+        alone = tower(pixels, positions, segments)
+        both = tower(*padded)
+    assert both.shape[0] == alone.shape[0] + 3
+    assert rel_err(both[: alone.shape[0]], alone) < TOL
+
+
+def test_image_buckets():
+    """2^k and 3·2^(k-1) image tokens from the first holding the minimum, the maximum always
+    last, in patches (merge 2: 4 a token); explicit counts sorted and capped; counts out of range
+    refused."""
+    assert image_buckets(16, 128, 2) == tuple(4 * t for t in (16, 24, 32, 48, 64, 96, 128))
+    assert image_buckets(13, 100, 2) == tuple(4 * t for t in (16, 24, 32, 48, 64, 96, 100))
+    assert image_buckets(16, 8000, 1)[-3:] == (4096, 6144, 8000) and len(image_buckets(16, 8000, 1)) == 19
+    assert image_buckets(16, 10, 2) == (40,)  # a maximum below the minimum: one bucket
+    assert image_buckets(16, 128, 2, tokens=(64, 16, 64)) == (64, 256, 512)
+    with pytest.raises(ValueError, match=r"image bucket\(s\) \[200\] outside \[1, 128\]"):
+        image_buckets(16, 128, 2, tokens=(16, 200))
 
 
 @pytest.mark.parametrize("grids", [[(1, 4, 6)], [(1, 2, 2), (1, 4, 4)], [(2, 6, 2), (1, 2, 4), (3, 2, 2)]])

@@ -63,6 +63,7 @@ def summary_json(m) -> dict:
             "patch_dim": v.patch_dim,
             "merge_size": v.merge_size,
             "max_patches": v.max_patches,
+            "buckets": list(v.buckets),
             "image_config": v.image_config,
         }
     return out
@@ -126,7 +127,8 @@ def summary_text(artifact_dir: Path, m) -> str:
         v = m.vision
         lines.append(
             f"images        vision tower: patches of {v.patch_dim} values, {v.merge_size}x{v.merge_size} a token "
-            f"(image token {v.image_token_id}), up to {v.max_patches} patches a call; image processor "
+            f"(image token {v.image_token_id}), up to {v.max_patches} patches an image, encoded at "
+            f"{', '.join(str(b // v.merge_size**2) for b in v.buckets)} tokens; image processor "
             f"{v.image_config or 'defaults (no preprocessor_config.json)'}"
         )
     lines.append(f"compile flags {' '.join(m.compile_flags)}")

@@ -76,10 +76,22 @@ def cmd_compile(a) -> int:
         max_batch=a.max_batch,
         block_size=a.block_size,
         cache_dtype=a.cache_dtype,
+        image_buckets=a.image_buckets,
     )
     manifest = compile_checkpoint(Path(a.checkpoint), Path(a.output), opts)
     print(f"wrote {a.output} ({manifest.architecture}, target {manifest.target}, max_seq_len {manifest.max_seq_len})")
     return 0
+
+
+def _token_counts(text: str) -> tuple[int, ...]:
+    """'64,256' -> (64, 256): positive integers separated by commas (argparse reports the error)."""
+    try:
+        counts = tuple(int(t) for t in text.replace(" ", "").split(",") if t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected image-token counts separated by commas, got {text!r}") from None
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive image-token counts, got {text!r}")
+    return counts
 
 
 class ArgumentError(ValueError):
@@ -296,6 +308,14 @@ def parser() -> argparse.ArgumentParser:
         "many sequences (default 0: none)",
     )
     c.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE, help="positions per paged cache block")
+    c.add_argument(
+        "--image-buckets",
+        type=_token_counts,
+        default=(),
+        help="image-token counts to compile the vision tower at, e.g. 64,256,1024 (an image runs at the "
+        "first one holding it, padded; the largest allowed is always added); default: powers of two "
+        "up to the image processor's max_image_tokens",
+    )
     # extra iree-compile flags come after `--` (split off in main: argparse would give the
     # empty-matching positional nothing once the checkpoint is read, then reject the flags)
     c.set_defaults(iree_flags=[])
