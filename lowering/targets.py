@@ -291,7 +291,6 @@ TARGETS: dict[str, Target] = {
         prefill_chunk=512,
         cache_dtype="bfloat16",
         prepare=_attach_cuda_sm90,
-        images=True,
     ),
 }
 
