@@ -223,7 +223,10 @@ def _drop_entry(m, name):
     "edit,cause",
     [
         (lambda m: m["vision"].update(buckets=[128, 256]), r"vision.buckets \[128, 256\] must ascend to .* \(512\)"),
-        (lambda m: _drop_entry(m, "encode_image_256"), r"vision.buckets name entry points the manifest lacks: encode_image_256"),
+        (
+            lambda m: _drop_entry(m, "encode_image_256"),
+            r"vision.buckets name entry points the manifest lacks: encode_image_256",
+        ),
         (
             lambda m: m["entry_points"]["encode_image_128"].update(static_len=256),
             r"image encoder 'encode_image_128' is not one of vision.buckets",
