@@ -23,6 +23,8 @@ Pieces (GLM-5.3-Flash shapes in the `full` config):
         vs transformers eager on the GPU, with a teacher-forced check against it.
   engine  the 4.9B deepseek_v32 through the Engine (tools/bench/bench_gpu_engine.py): aggregate decode
         tokens/s and step ms at 1, 8, 32, 64 sequences of 4K vs transformers eager at the same batch.
+  default  the shipped default model (tools/bench/bench_gpu_default.py): held-out perplexity and
+        greedy agreement, day0 with the target's and with f32 caches vs transformers on the GPU.
 Limit: the bytes a step must read ÷ the measured device copy bandwidth (read + write).
 
 Timing: a day0 call has a host floor (docs/perf.md); each vmfb is compiled twice, with the
@@ -70,6 +72,7 @@ _SHIPPED = [
     "tools/bench/bench_e2e.py",
     "tools/bench/bench_gpu_glm5.py",
     "tools/bench/bench_gpu_engine.py",
+    "tools/bench/bench_gpu_default.py",
     "frontend/__init__.py",
     "frontend/ops.py",
     "models/__init__.py",
@@ -171,7 +174,7 @@ def _compile(module, args, pipeline: str, target: str, out: Path) -> None:
     compile_mlir(text, target, out, repro_dir=out.parent / f"{out.stem}.repro")
 
 
-PIECES = ("moe", "dsa", "e2e", "glm5", "engine", "serve")
+PIECES = ("moe", "dsa", "e2e", "glm5", "engine", "serve", "default")
 E2E_GOALS_MS = {"decode_ms": 2.0, "ttft_ms": 100.0}  # at 4K context
 
 
@@ -179,7 +182,7 @@ def package(out: Path, config: str, target: str, pieces=PIECES, cache: Path = Pa
     import torch
 
     from day0.lowering.targets import DsaShape, get_target
-    from day0.tools.bench import bench_e2e, bench_gpu_engine, bench_gpu_glm5
+    from day0.tools.bench import bench_e2e, bench_gpu_default, bench_gpu_engine, bench_gpu_glm5
 
     cfg = CONFIGS[config]
     out.mkdir(parents=True, exist_ok=True)
@@ -206,6 +209,7 @@ def package(out: Path, config: str, target: str, pieces=PIECES, cache: Path = Pa
     glm5 = bench_gpu_glm5.package(out, config, target, cache) if "glm5" in pieces else None
     engine = bench_gpu_engine.package(out, config, target, cache) if "engine" in pieces else None
     serve = bench_gpu_engine.package_serve(out, config, target, cache, engine) if "serve" in pieces else None
+    default = bench_gpu_default.package(out, config, target) if "default" in pieces else None
     (out / "bench.json").write_text(
         json.dumps(
             {
@@ -219,6 +223,7 @@ def package(out: Path, config: str, target: str, pieces=PIECES, cache: Path = Pa
                 "glm5": glm5,
                 "engine": engine,
                 "serve": serve,
+                "default": default,
             },
             indent=2,
         )
@@ -421,7 +426,7 @@ def run_dsa(pkg: Path, spec: dict, T: int, dev: str, device: str, bw: float) -> 
 def run(pkg: Path, device: str, json_out: Path | None, pieces=PIECES) -> list[dict]:
     import torch
 
-    from day0.tools.bench import bench_e2e, bench_gpu_engine, bench_gpu_glm5
+    from day0.tools.bench import bench_e2e, bench_gpu_default, bench_gpu_engine, bench_gpu_glm5
 
     spec = json.loads((pkg / "bench.json").read_text())
     pieces = [p for p in pieces if p in spec.get("pieces", ("moe", "dsa"))]
@@ -454,6 +459,9 @@ def run(pkg: Path, device: str, json_out: Path | None, pieces=PIECES) -> list[di
     if "serve" in pieces:
         results.append(bench_gpu_engine.run_serve(pkg, spec, device))
         print(json.dumps(results[-1]), flush=True)
+    if "default" in pieces:
+        results.append(bench_gpu_default.run(pkg, spec, device))
+        print(json.dumps(results[-1]), flush=True)
     print(table(results))
     if json_out:
         json_out.write_text(json.dumps(results, indent=2))
@@ -461,7 +469,7 @@ def run(pkg: Path, device: str, json_out: Path | None, pieces=PIECES) -> list[di
 
 
 def table(results: list[dict]) -> str:
-    from day0.tools.bench import bench_e2e, bench_gpu_engine, bench_gpu_glm5
+    from day0.tools.bench import bench_e2e, bench_gpu_default, bench_gpu_engine, bench_gpu_glm5
 
     bw = results[0]
     lines = [
@@ -470,7 +478,7 @@ def table(results: list[dict]) -> str:
         f"{'limit µs':>10}{'limit/day0':>11}{'A/day0':>8}",
     ]
     for r in results[1:]:
-        if r["piece"] in ("e2e", "glm5", "engine", "serve"):
+        if r["piece"] in ("e2e", "glm5", "engine", "serve", "default"):
             continue
         if r["piece"] == "moe":
             name, a, b = "moe", r["torch_bf16_us"], r["torch_dequant_us"]
@@ -491,6 +499,7 @@ def table(results: list[dict]) -> str:
     lines += [bench_gpu_glm5.table(r) for r in results if r["piece"] == "glm5"]
     lines += [bench_gpu_engine.table(r) for r in results if r["piece"] == "engine"]
     lines += [bench_gpu_engine.serve_table(r) for r in results if r["piece"] == "serve"]
+    lines += [bench_gpu_default.table(r) for r in results if r["piece"] == "default"]
     return "\n".join(lines)
 
 

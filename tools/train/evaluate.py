@@ -51,9 +51,10 @@ def perplexity(logits_of, stream: np.ndarray, window: int = WINDOW) -> float:
     return math.exp(total / count)
 
 
-def transformers_logits(checkpoint: Path):
-    """transformers' logits; a checkpoint with MXFP4 experts is read dequantized (exact in f32:
-    transformers needs the compressed-tensors package for it, which day0 does not install)."""
+def transformers_logits(checkpoint: Path, device: str = "cpu"):
+    """transformers' logits (the model on torch `device`); a checkpoint with MXFP4 experts is read
+    dequantized (exact in f32: transformers needs the compressed-tensors package for it, which
+    day0 does not install)."""
     import json
     import tempfile
 
@@ -65,15 +66,17 @@ def transformers_logits(checkpoint: Path):
         if "quantization_config" in json.loads((Path(checkpoint) / "config.json").read_text()):
             checkpoint = dequantize_checkpoint(checkpoint, Path(work) / "checkpoint")
         model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
-    return model_logits(model.eval())
+    return model_logits(model.to(device).eval())
 
 
 def model_logits(model):
     """`logits_of(ids) -> [len(ids), V]` of a transformers causal LM in memory."""
+    device = next(model.parameters()).device
 
     @torch.no_grad()
     def logits_of(ids):
-        return model(input_ids=torch.from_numpy(np.asarray(ids))[None]).logits[0].float().numpy()
+        ids = torch.from_numpy(np.asarray(ids, dtype=np.int64))[None].to(device)
+        return model(input_ids=ids).logits[0].float().cpu().numpy()
 
     return logits_of
 
