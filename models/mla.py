@@ -54,15 +54,18 @@ class SparseMLA(nn.Module):
         Returns (out [S, hidden], kv_cache, index_cache) with the new rows written.
         """
         s = x.shape[0]
-        # the four projections of x in one matmul (layers.linears)
-        q_a, compressed, index_key, index_weights = linears(
+        # three projections of x in one matmul (layers.linears); kv_a_proj_with_mqa on its own:
+        # with its columns sliced out of the fused result, IREE 3.13's CUDA code for cache_row
+        # (RMSNorm + rope over that slice, one dispatch) is wrong from row 1 on at the default
+        # model's shapes (held-out perplexity 106 for 35.5; docs/perf.md "The default model")
+        q_a, index_key, index_weights = linears(
             x,
             self.q_a_proj,
-            self.kv_a_proj_with_mqa,
             self.indexer.wk,
             self.indexer.weights_proj,
-            scales=(1.0, 1.0, 1.0, self.indexer.weight_scale),
+            scales=(1.0, 1.0, self.indexer.weight_scale),
         )
+        compressed = linear(x, self.kv_a_proj_with_mqa)
         q_resid = self.q_a_layernorm(q_a)
         q = linear(q_resid, self.q_b_proj).view(s, self.heads, self.nope + self.rope)
 
