@@ -15,7 +15,6 @@ checkpoint. run (GPU host): needs numpy, the IREE runtime, torch and transformer
 
 from __future__ import annotations
 
-import json
 import math
 import shutil
 from pathlib import Path
