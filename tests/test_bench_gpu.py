@@ -43,14 +43,17 @@ def test_bench_gpu_package_runs_from_its_own_sources(tmp_path):
     from day0.tools.bench import bench_gpu
 
     pkg = tmp_path / "bench-gpu"
-    bench_gpu.package(pkg, "tiny", "llvm-cpu", cache=tmp_path / "ckpt-cache")
+    # every piece but `default`, which tests/test_bench_gpu_default.py packages on its own (a
+    # module of its own runs beside this one: this test is the suite's longest)
+    pieces = tuple(p for p in bench_gpu.PIECES if p != "default")
+    bench_gpu.package(pkg, "tiny", "llvm-cpu", pieces=pieces, cache=tmp_path / "ckpt-cache")
     spec = json.loads((pkg / "bench.json").read_text())
     assert set(spec["vmfbs"]) == {"moe_r1", "moe_r3", "dsa_256_r1", "dsa_256_r3"}
     p = _run_from_package(pkg, tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "limit/day0" in p.stdout  # the table is printed last
     results = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
-    moe, dsa, e2e, glm5, engine, serve, default = results
+    moe, dsa, e2e, glm5, engine, serve = results
     assert moe["piece"] == "moe" and dsa["piece"] == "dsa" and dsa["context"] == 256
     assert moe["day0_rel_err"] < 1e-5  # f32 throughout
     assert dsa["day0_rel_err"] < 2e-2  # bf16 caches and output
@@ -102,15 +105,6 @@ def test_bench_gpu_package_runs_from_its_own_sources(tmp_path):
         assert row["requests"] == clients * spec["serve"]["requests"]
         assert row["served_tok_s"] > 0 and row["engine_tok_s"] > 0 and row["overhead_ratio"] > 0
     assert "day0 serve (prompts of" in p.stdout
-    # the shipped default model: the compiled artifact's held-out perplexity is transformers'
-    # within 0.5% and its greedy continuations are token-identical (llvm-cpu: f32 caches only)
-    assert default["piece"] == "default" and [r["way"] for r in default["rows"]] == [
-        "transformers float32",
-        "day0 float32 caches",
-    ]
-    ours = default["rows"][1]
-    assert abs(ours["ratio"] - 1) < 5e-3 and ours["greedy_agree"] == [default["greedy"]] * 3
-    assert "default model: held-out perplexity" in p.stdout
 
 
 def test_bench_gpu_package_of_some_pieces_imports_from_its_own_sources(tmp_path):

@@ -188,21 +188,20 @@ def test_manifest_and_artifact_files(art, ckpt):
     from day0.runtime.artifact import read_manifest
 
     m = read_manifest(art)
-    # the tower at static patch counts: the fixture's 32 and 64 image tokens and max_seq_len's 128,
-    # 4 patches a token
-    encoders = ["encode_image_128", "encode_image_256", "encode_image_512"]
+    # the tower at static patch counts: the fixture's 32 image tokens and max_seq_len's 128, 4
+    # patches a token
+    encoders = ["encode_image_128", "encode_image_512"]
     dense = ["prefill", "decode", *encoders, "prefill_mm"]
     assert list(m.entry_points) == dense + ["paged_prefill", "paged_prefill_mm", "paged_decode_1", "paged_decode_2"]
     assert [(m.entry_points[e].layout, m.entry_points[e].static_len) for e in encoders] == [
         ("vision", 128),
-        ("vision", 256),
         ("vision", 512),
     ]
     paged_mm = m.entry_points["paged_prefill_mm"]
     assert paged_mm.layout == "paged" and paged_mm.min_len == 2 and paged_mm.inputs[7].startswith("features[N,hidden]")
     v = m.vision
     assert (v.image_token_id, v.patch_dim, v.merge_size, v.hidden_size) == (324, 1176, 2, 32)
-    assert v.buckets == (128, 256, 512) and v.max_patches == MAX_SEQ_LEN * 4
+    assert v.buckets == (128, 512) and v.max_patches == MAX_SEQ_LEN * 4
     assert v.image_config == "preprocessor_config.json"
     assert (art / v.image_config).read_bytes() == (ckpt / v.image_config).read_bytes()
     data = json.loads((art / "manifest.json").read_text())
@@ -222,17 +221,17 @@ def _drop_entry(m, name):
 @pytest.mark.parametrize(
     "edit,cause",
     [
-        (lambda m: m["vision"].update(buckets=[128, 256]), r"vision.buckets \[128, 256\] must ascend to .* \(512\)"),
+        (lambda m: m["vision"].update(buckets=[128]), r"vision.buckets \[128\] must ascend to .* \(512\)"),
         (
-            lambda m: _drop_entry(m, "encode_image_256"),
-            r"vision.buckets name entry points the manifest lacks: encode_image_256",
+            lambda m: _drop_entry(m, "encode_image_128"),
+            r"vision.buckets name entry points the manifest lacks: encode_image_128",
         ),
         (
-            lambda m: m["entry_points"]["encode_image_128"].update(static_len=256),
+            lambda m: m["entry_points"]["encode_image_128"].update(static_len=512),
             r"image encoder 'encode_image_128' is not one of vision.buckets",
         ),
         (
-            lambda m: m["vision"].update(buckets=[128, 256, 300, 512]),
+            lambda m: m["vision"].update(buckets=[128, 300, 512]),
             r"vision.buckets name entry points the manifest lacks: encode_image_300",
         ),
     ],
