@@ -142,7 +142,7 @@ class BuildOptions:
     max_batch: int = 0
     block_size: int = DEFAULT_BLOCK_SIZE
     # image-token counts to compile the vision tower at (runtime/images.py image_buckets); empty:
-    # powers of two up to the image processor's max_image_tokens (or max_seq_len, if lower)
+    # 2^k and 3·2^(k-1) up to the image processor's max_image_tokens (or max_seq_len, if lower)
     image_buckets: tuple[int, ...] = ()
 
 

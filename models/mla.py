@@ -57,7 +57,7 @@ class SparseMLA(nn.Module):
         # three projections of x in one matmul (layers.linears); kv_a_proj_with_mqa on its own:
         # with its columns sliced out of the fused result, IREE 3.13's CUDA code for cache_row
         # (RMSNorm + rope over that slice, one dispatch) is wrong from row 1 on at the default
-        # model's shapes (held-out perplexity 106 for 35.5; docs/perf.md "The default model")
+        # model's shapes (docs/perf.md, "The default model")
         q_a, index_key, index_weights = linears(
             x,
             self.q_a_proj,

@@ -20,7 +20,7 @@ Images (an artifact with a vision tower and `paged_prefill_mm`: glm5_next with a
 compiled with --max-batch): `add(ids, images=[...])` takes one image placeholder per image in ids,
 as Session.prefill does (runtime/image_prompt.py); the images are decoded, preprocessed and the
 placeholders expanded at `add`, so a bad image is refused there and nothing else is touched. The
-request's first prompt chunk runs each image through `encode_image` and keeps the features on the
+request's first prompt chunk runs each image through its `encode_image_<P>` and keeps the features on the
 device until its prompt has run; every chunk holding image rows runs `paged_prefill_mm` with the
 features and its slice of the feature rows (the others `paged_prefill`). An image row never runs
 as a decode row: an image request's pieces are at least 2 tokens (a step's chunk may run one
@@ -210,7 +210,7 @@ class Engine:
         # images: an artifact with a vision tower and the paged image step (None: text only)
         self.vision = manifest.vision if PAGED_IMAGE_PREFILL in manifest.entry_points else None
         self._images = ImagePrompts(artifact_dir, self.vision, EngineError) if self.vision is not None else None
-        self._encoder = StepCaller(vm, [1]) if self.vision is not None else None  # encode_image, synchronous
+        self._encoder = StepCaller(vm, [1]) if self.vision is not None else None  # encode_image_<P>, synchronous
         if not isinstance(evict_images, bool):
             raise EngineError(f"evict_images must be True or False, got {evict_images!r}")
         self.evict_images = evict_images
@@ -458,7 +458,7 @@ class Engine:
         self.evicted_blocks += self.blocks.evict(seq.id, whole)
 
     def _encode(self, seq: _Sequence, progress: dict[int, Progress]) -> bool:
-        """Run `seq`'s images through the vision tower (encode_image, one call per image) and keep
+        """Run `seq`'s images through the vision tower (encode_image_<P>, one call per image) and keep
         their features on the device; False (the request finished "nonfinite") when they are not
         finite."""
         try:

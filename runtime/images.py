@@ -459,11 +459,11 @@ def image_buckets(min_tokens: int, max_tokens: int, merge_size: int, tokens: Seq
     merge_size² patches.
 
     Why static sizes: IREE compiles the tower's attention for a dynamic patch count into
-    dispatches ~7x slower than for a fixed one (docs/perf.md, images). An image runs at the first
+    much slower dispatches than for a fixed one (docs/perf.md, images). An image runs at the first
     bucket holding it, padded with patches of a segment of their own that no image patch attends
     to (pad_to_bucket): steps of at most 1.5x cost at most 1.5x the MLP's work and 2.25x the
-    attention's (doubling steps measured 4.7x slower at 144 tokens than the exact size), and two
-    functions an octave cover every size. ValueError for tokens outside [1, max_tokens]."""
+    attention's (doubling steps, up to 4x the attention's, measured slower in the same section),
+    and two functions an octave cover every size. ValueError for tokens outside [1, max_tokens]."""
     if tokens:
         bad = [t for t in tokens if not 1 <= int(t) <= max_tokens]
         if bad:

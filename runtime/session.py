@@ -16,7 +16,7 @@ template's `<|begin_of_image|>` / `<|end_of_image|>` around it stay as they are)
 expands each to the image's token count (runtime/images.py expand_image_placeholders), so the
 sequence grows by the expanded length: prefill returns one logits row per expanded token, and
 `image_prompt(ids, images)` gives the expanded ids. Each image is preprocessed on the host
-(preprocess, with the artifact's preprocessor_config.json), run through `encode_image` alone (the
+(preprocess, with the artifact's preprocessor_config.json), run through its `encode_image_<P>` bucket alone (the
 tower attends within an image: one call per image keeps its work per image), and the prompt runs
 as one `prefill_mm` call with the features in place of the placeholder rows. Images may come in
 any turn. Refused (SessionError), before any device call: images for an artifact without a

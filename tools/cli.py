@@ -313,8 +313,8 @@ def parser() -> argparse.ArgumentParser:
         type=_token_counts,
         default=(),
         help="image-token counts to compile the vision tower at, e.g. 64,256,1024 (an image runs at the "
-        "first one holding it, padded; the largest allowed is always added); default: powers of two "
-        "up to the image processor's max_image_tokens",
+        "first one holding it, padded; the largest allowed is always added); default: 2^k and "
+        "3*2^(k-1) up to the image processor's max_image_tokens",
     )
     # extra iree-compile flags come after `--` (split off in main: argparse would give the
     # empty-matching positional nothing once the checkpoint is read, then reject the flags)
