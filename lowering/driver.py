@@ -144,6 +144,9 @@ class BuildOptions:
     # image-token counts to compile the vision tower at (runtime/images.py image_buckets); empty:
     # 2^k and 3·2^(k-1) up to the image processor's max_image_tokens (or max_seq_len, if lower)
     image_buckets: tuple[int, ...] = ()
+    # cuda-sm90: bf16 terms each f32 activation is split into for the prefill matmuls against bf16
+    # weights (matmul-to-bf16-terms); 3: f32 accuracy, 2: a product fewer (docs/perf.md, default model)
+    matmul_terms: int = 3
 
 
 def _progress_printer(stream=sys.stderr) -> Callable[[str, str], None]:
@@ -241,7 +244,7 @@ def compile_checkpoint(
         dsa = DsaShape(width, model.dsa_block(), options.dsa_tile, options.max_seq_len) if width is not None else None
         with new_context():
             module = parse_module(exported.mlir)
-            for i, p in enumerate(parse_pipeline(target.pipeline(dsa)), start=1):
+            for i, p in enumerate(parse_pipeline(target.pipeline(dsa, matmul_terms=options.matmul_terms)), start=1):
                 p.run(module)
                 try:
                     module.operation.verify()
@@ -453,6 +456,8 @@ def check_options(options: BuildOptions) -> None:
         raise BuildError(f"--max-batch must be an integer in [0, 1024] (got {options.max_batch})")
     if type(options.block_size) is not int or not 1 <= options.block_size <= 4096:
         raise BuildError(f"--block-size must be an integer in [1, 4096] (got {options.block_size})")
+    if options.matmul_terms not in (2, 3):
+        raise BuildError(f"--matmul-terms must be 2 or 3 (got {options.matmul_terms})")
 
 
 def is_artifact(path: Path) -> bool:

@@ -111,9 +111,10 @@ class Target:
     def prepare_module(self, mlir_text: str) -> str:
         return self.prepare(mlir_text) if self.prepare else mlir_text
 
-    def pipeline(self, dsa: DsaShape | None = None, roles: tuple[str, ...] | None = None) -> str:
+    def pipeline(self, dsa: DsaShape | None = None, roles: tuple[str, ...] | None = None, matmul_terms: int = 3) -> str:
         """This target's pass pipeline for a model whose DSA op has shape `dsa` (None: no DSA op);
-        `roles`: only the passes of those roles (ROLES), in pipeline order."""
+        `roles`: only the passes of those roles (ROLES), in pipeline order; `matmul_terms`: the
+        bf16 terms of matmul-to-bf16-terms, where the target runs it."""
         unknown = set(roles or ()) - set(ROLES)
         if unknown:
             raise ValueError(f"unknown pass role(s) {', '.join(sorted(unknown))}; roles: {', '.join(ROLES)}")
@@ -123,6 +124,8 @@ class Target:
                 continue
             if callable(p):
                 p = p(dsa)
+            if p == "matmul-to-bf16-terms" and matmul_terms != 3:
+                p = f"{p}{{terms={matmul_terms}}}"
             if p is not None:
                 chosen.append(p)
         return f"builtin.module({','.join(chosen)})"

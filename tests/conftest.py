@@ -3,7 +3,9 @@ compiled once per run, and transformers' oracle for each, loaded once a process.
 
 `make test` runs pytest with two pytest-xdist workers: the checkpoints and artifacts live in one
 directory for the whole run (`workdir`), and a file lock per item makes a worker that needs one
-the other is making wait for it, so that each is still made once a run."""
+the other is making wait for it, so that each is still made once a run. Tests are spread over the
+workers one by one (`--dist loadgroup`), but those of a module that use a module- or class-scoped
+fixture stay together on one worker (pytest_collection_modifyitems), so that fixture is made once."""
 
 import os
 import sys
@@ -17,6 +19,15 @@ sys.path.insert(0, str(Path(__file__).parent))
 from parity_configs import PARITY, load_reference, write_checkpoint  # noqa: E402
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Keep a module's tests that share a module- or class-scoped fixture on one worker."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs.values() if info is not None else ()
+        if any(d[-1].scope in ("module", "class", "package") for d in defs if d):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
 
 
 @pytest.fixture(scope="session")

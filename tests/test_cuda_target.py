@@ -85,3 +85,16 @@ def test_kda_models_compile_for_sm90(checkpoint, tmp_path, name):
     assert b".target sm_90" in vmfb
     if name.startswith("glm"):
         assert b"day0_dsa_partial_f32" in vmfb and b"day0_topk_small" in vmfb
+
+
+def test_matmul_terms_reach_the_pass_and_are_bounded(tmp_path):
+    """BuildOptions.matmul_terms (--matmul-terms) sets matmul-to-bf16-terms' terms; other passes
+    and targets without the pass are unchanged; a count the pass cannot do is refused up front."""
+    from day0.lowering.driver import BuildError, BuildOptions, check_options
+
+    cuda = TARGETS["cuda-sm90"]
+    assert "matmul-to-bf16-terms{terms=2}" in cuda.pipeline(matmul_terms=2)
+    assert cuda.pipeline(matmul_terms=3) == cuda.pipeline() and "matmul-to-bf16-terms," in cuda.pipeline()
+    assert TARGETS["llvm-cpu"].pipeline(matmul_terms=2) == TARGETS["llvm-cpu"].pipeline()
+    with pytest.raises(BuildError, match=r"--matmul-terms must be 2 or 3 \(got 1\)"):
+        check_options(BuildOptions(target="cuda-sm90", matmul_terms=1))

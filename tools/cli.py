@@ -77,6 +77,7 @@ def cmd_compile(a) -> int:
         block_size=a.block_size,
         cache_dtype=a.cache_dtype,
         image_buckets=a.image_buckets,
+        matmul_terms=a.matmul_terms,
     )
     manifest = compile_checkpoint(Path(a.checkpoint), Path(a.output), opts)
     print(f"wrote {a.output} ({manifest.architecture}, target {manifest.target}, max_seq_len {manifest.max_seq_len})")
@@ -299,6 +300,14 @@ def parser() -> argparse.ArgumentParser:
         choices=list(CACHE_DTYPES),
         help="dtype of the latent / indexer caches (bfloat16: deepseek_v32); default: the "
         "target's for models that support bf16 caches, else float32",
+    )
+    c.add_argument(
+        "--matmul-terms",
+        type=int,
+        default=3,
+        choices=(2, 3),
+        help="cuda-sm90: bf16 terms per f32 activation in prefill matmuls against bf16 weights "
+        "(3: f32 accuracy; 2: a third fewer tensor-core products, 2^-18 relative error)",
     )
     c.add_argument(
         "--max-batch",
