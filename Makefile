@@ -58,7 +58,7 @@ bench-gpu: install
 		--platform manylinux_2_28_x86_64 -d $(BENCH_GPU)/wheels iree-base-runtime==3.13.0
 	$(VPY) -m pip download -q --only-binary=:all: --python-version $(HOST_PY) --implementation cp \
 		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-		--platform any -d $(BENCH_GPU)/wheels transformers==5.23.0
+		--platform any -d $(BENCH_GPU)/wheels transformers==5.23.0 pillow==13.0.0  # pillow: the vision piece
 	$(VPY) -m pip download -q --only-binary=:all: --python-version $(HOST_PY) --implementation cp \
 		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 		--platform any -d $(BENCH_GPU)/wheels fastapi==0.165.0 uvicorn==0.55.0 sse-starlette==3.7.1 \

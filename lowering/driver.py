@@ -145,8 +145,9 @@ class BuildOptions:
     # 2^k and 3·2^(k-1) up to the image processor's max_image_tokens (or max_seq_len, if lower)
     image_buckets: tuple[int, ...] = ()
     # cuda-sm90: bf16 terms each f32 activation is split into for the prefill matmuls against bf16
-    # weights (matmul-to-bf16-terms); 3: f32 accuracy, 2: a product fewer (docs/perf.md, default model)
-    matmul_terms: int = 3
+    # weights (matmul-to-bf16-terms); 3: f32 accuracy, 2: a product fewer; None: the target's (2 on
+    # cuda-sm90: docs/perf.md, default model)
+    matmul_terms: int | None = None
 
 
 def _progress_printer(stream=sys.stderr) -> Callable[[str, str], None]:
@@ -456,7 +457,7 @@ def check_options(options: BuildOptions) -> None:
         raise BuildError(f"--max-batch must be an integer in [0, 1024] (got {options.max_batch})")
     if type(options.block_size) is not int or not 1 <= options.block_size <= 4096:
         raise BuildError(f"--block-size must be an integer in [1, 4096] (got {options.block_size})")
-    if options.matmul_terms not in (2, 3):
+    if options.matmul_terms not in (None, 2, 3):
         raise BuildError(f"--matmul-terms must be 2 or 3 (got {options.matmul_terms})")
 
 

@@ -10,7 +10,7 @@ operand is exact in bf16; the f32 operand x is split into bf16 terms,
     t0 = x rounded to bf16 (to nearest even, on the bits)   t1 = bf16(x - t0)   t2 = bf16(x - t0 - t1)
 
 (each difference exact in f32), and x·w = Σ tj·w with every product exact in f32. Three terms
-(the default) leave x - t0 - t1 - t2 below 2^-27 |x|: the result is as accurate as an f32
+(the pass's default; cuda-sm90 runs two, lowering/targets.py) leave x - t0 - t1 - t2 below 2^-27 |x|: the result is as accurate as an f32
 matmul's. Two terms leave 2^-18 |x| (3.5e-6 of the output's max on a 2048-long row): on the
 random-weight 4.9B model that moved enough router and indexer near-ties to change greedy
 tokens on 1.4% of a 4K prompt's rows against the f32 eager model (docs/perf.md). The rounding

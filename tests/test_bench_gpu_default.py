@@ -16,7 +16,7 @@ def test_default_piece_runs_from_its_own_sources(tmp_path):
     bench_gpu.package(pkg, "tiny", "llvm-cpu", pieces=("default",), cache=tmp_path / "ckpt-cache")
     spec = json.loads((pkg / "bench.json").read_text())
     # llvm-cpu's caches: f32 only; it splits no matmul into bf16 terms
-    assert spec["default"]["variants"] == [{"cache_dtype": "float32", "matmul_terms": 3}]
+    assert spec["default"]["variants"] == [{"weights": "float32", "cache_dtype": "float32", "matmul_terms": 3}]
     p = _run_from_package(pkg, tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     results = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]

@@ -304,10 +304,10 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--matmul-terms",
         type=int,
-        default=3,
+        default=None,
         choices=(2, 3),
         help="cuda-sm90: bf16 terms per f32 activation in prefill matmuls against bf16 weights "
-        "(3: f32 accuracy; 2: a third fewer tensor-core products, 2^-18 relative error)",
+        "(3: f32 accuracy; 2, the default: a third fewer tensor-core products, 2^-18 relative error)",
     )
     c.add_argument(
         "--max-batch",

@@ -92,7 +92,7 @@ def _generate(name: str, index: int, shape, kind: str, seed: int, fh) -> None:
         else:
             value = (
                 1.0
-                if name.endswith("norm.weight")
+                if name.endswith(("norm.weight", "norm1.weight", "norm2.weight"))
                 else INDEXER_K_NORM_BIAS
                 if name.endswith("indexer.k_norm.bias")
                 else 0.0
@@ -116,9 +116,10 @@ def _nbytes(shape, kind: str) -> int:
     return int(np.prod(shape)) * {"bf16": 2, "f32": 4, "u8": 1}[kind]
 
 
-def write(out: Path, config: str = "e2e", seed: int = 0) -> Path:
+def write(out: Path, config: str = "e2e", seed: int = 0, spec: tuple[dict, list] | None = None) -> Path:
     """Write the checkpoint directory atomically (complete, or absent). An existing complete one
-    written with the same config and seed is kept."""
+    written with the same config and seed is kept. `spec`: (config.json, _tensors' list) of a
+    checkpoint not in CONFIGS, named `config` (tools/bench/bench_gpu_vision.py)."""
     out = Path(out)
     stamp = {"config": config, "seed": seed, "values": 2}  # values: bump when the generator changes
     done = out / "day0-bench.json"
@@ -126,7 +127,7 @@ def write(out: Path, config: str = "e2e", seed: int = 0) -> Path:
         return out
     if out.exists():
         shutil.rmtree(out)
-    raw, tensors = raw_config(config)
+    raw, tensors = spec if spec is not None else raw_config(config)
     shards: list[list[tuple[int, str, tuple, str]]] = [[]]
     size = 0
     for i, (name, (shape, kind)) in enumerate(tensors):

@@ -25,6 +25,8 @@ Pieces (GLM-5.3-Flash shapes in the `full` config):
         tokens/s and step ms at 1, 8, 32, 64 sequences of 4K vs transformers eager at the same batch.
   default  the shipped default model (tools/bench/bench_gpu_default.py): held-out perplexity and
         greedy agreement, day0 with the target's and with f32 caches vs transformers on the GPU.
+  vision  GLM-5.3-Flash's vision tower at release shapes (tools/bench/bench_gpu_vision.py): encode
+        ms at 448² and 1024² and a time to first token, day0 vs transformers eager and sdpa bf16.
 Limit: the bytes a step must read ÷ the measured device copy bandwidth (read + write).
 
 Timing: a day0 call has a host floor (docs/perf.md); each vmfb is compiled twice, with the
@@ -73,6 +75,7 @@ _SHIPPED = [
     "tools/bench/bench_gpu_glm5.py",
     "tools/bench/bench_gpu_engine.py",
     "tools/bench/bench_gpu_default.py",
+    "tools/bench/bench_gpu_vision.py",
     "frontend/__init__.py",
     "frontend/ops.py",
     "models/__init__.py",
@@ -174,7 +177,7 @@ def _compile(module, args, pipeline: str, target: str, out: Path) -> None:
     compile_mlir(text, target, out, repro_dir=out.parent / f"{out.stem}.repro")
 
 
-PIECES = ("moe", "dsa", "e2e", "glm5", "engine", "serve", "default")
+PIECES = ("moe", "dsa", "e2e", "glm5", "engine", "serve", "default", "vision")
 E2E_GOALS_MS = {"decode_ms": 2.0, "ttft_ms": 100.0}  # at 4K context
 
 
@@ -182,7 +185,7 @@ def package(out: Path, config: str, target: str, pieces=PIECES, cache: Path = Pa
     import torch
 
     from day0.lowering.targets import DsaShape, get_target
-    from day0.tools.bench import bench_e2e, bench_gpu_default, bench_gpu_engine, bench_gpu_glm5
+    from day0.tools.bench import bench_e2e, bench_gpu_default, bench_gpu_engine, bench_gpu_glm5, bench_gpu_vision
 
     cfg = CONFIGS[config]
     out.mkdir(parents=True, exist_ok=True)
@@ -210,6 +213,7 @@ def package(out: Path, config: str, target: str, pieces=PIECES, cache: Path = Pa
     engine = bench_gpu_engine.package(out, config, target, cache) if "engine" in pieces else None
     serve = bench_gpu_engine.package_serve(out, config, target, cache, engine) if "serve" in pieces else None
     default = bench_gpu_default.package(out, config, target) if "default" in pieces else None
+    vision = bench_gpu_vision.package(out, config, target, cache) if "vision" in pieces else None
     (out / "bench.json").write_text(
         json.dumps(
             {
@@ -224,6 +228,7 @@ def package(out: Path, config: str, target: str, pieces=PIECES, cache: Path = Pa
                 "engine": engine,
                 "serve": serve,
                 "default": default,
+                "vision": vision,
             },
             indent=2,
         )
@@ -426,7 +431,7 @@ def run_dsa(pkg: Path, spec: dict, T: int, dev: str, device: str, bw: float) -> 
 def run(pkg: Path, device: str, json_out: Path | None, pieces=PIECES) -> list[dict]:
     import torch
 
-    from day0.tools.bench import bench_e2e, bench_gpu_default, bench_gpu_engine, bench_gpu_glm5
+    from day0.tools.bench import bench_e2e, bench_gpu_default, bench_gpu_engine, bench_gpu_glm5, bench_gpu_vision
 
     spec = json.loads((pkg / "bench.json").read_text())
     pieces = [p for p in pieces if p in spec.get("pieces", ("moe", "dsa"))]
@@ -462,6 +467,9 @@ def run(pkg: Path, device: str, json_out: Path | None, pieces=PIECES) -> list[di
     if "default" in pieces:
         results.append(bench_gpu_default.run(pkg, spec, device))
         print(json.dumps(results[-1]), flush=True)
+    if "vision" in pieces:
+        results.append(bench_gpu_vision.run(pkg, spec, device))
+        print(json.dumps(results[-1]), flush=True)
     print(table(results))
     if json_out:
         json_out.write_text(json.dumps(results, indent=2))
@@ -469,7 +477,7 @@ def run(pkg: Path, device: str, json_out: Path | None, pieces=PIECES) -> list[di
 
 
 def table(results: list[dict]) -> str:
-    from day0.tools.bench import bench_e2e, bench_gpu_default, bench_gpu_engine, bench_gpu_glm5
+    from day0.tools.bench import bench_e2e, bench_gpu_default, bench_gpu_engine, bench_gpu_glm5, bench_gpu_vision
 
     bw = results[0]
     lines = [
@@ -478,7 +486,7 @@ def table(results: list[dict]) -> str:
         f"{'limit µs':>10}{'limit/day0':>11}{'A/day0':>8}",
     ]
     for r in results[1:]:
-        if r["piece"] in ("e2e", "glm5", "engine", "serve", "default"):
+        if r["piece"] in ("e2e", "glm5", "engine", "serve", "default", "vision"):
             continue
         if r["piece"] == "moe":
             name, a, b = "moe", r["torch_bf16_us"], r["torch_dequant_us"]
@@ -500,6 +508,7 @@ def table(results: list[dict]) -> str:
     lines += [bench_gpu_engine.table(r) for r in results if r["piece"] == "engine"]
     lines += [bench_gpu_engine.serve_table(r) for r in results if r["piece"] == "serve"]
     lines += [bench_gpu_default.table(r) for r in results if r["piece"] == "default"]
+    lines += [bench_gpu_vision.table(r) for r in results if r["piece"] == "vision"]
     return "\n".join(lines)
 
 
