@@ -163,6 +163,8 @@ def run(pkg: Path, spec_all: dict, device: str) -> dict:
     images = session._images  # noqa: SLF001 (the encode after preprocessing, as Session.image_features runs it)
     cfg = ImageConfig.from_file(ckpt)
     cls = transformers.Glm5NextForConditionalGeneration
+    # the float32 reference in float32: cuDNN runs the patch embedding's Conv3d in TF32 by default
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     reference = cls.from_pretrained(ckpt, dtype=torch.float32).to(dev).eval()
     rows, inputs = [], {}
     with torch.no_grad():
@@ -184,6 +186,7 @@ def run(pkg: Path, spec_all: dict, device: str) -> dict:
                 }
             )
     del reference
+    torch.backends.cudnn.allow_tf32 = True  # torch's default again, for the timed bf16 runs
     if dev == "cuda":
         torch.cuda.empty_cache()
     token = session.vision.image_token_id
