@@ -3,9 +3,10 @@ compiled once per run, and transformers' oracle for each, loaded once a process.
 
 `make test` runs pytest with two pytest-xdist workers: the checkpoints and artifacts live in one
 directory for the whole run (`workdir`), and a file lock per item makes a worker that needs one
-the other is making wait for it, so that each is still made once a run. Tests are spread over the
-workers one by one (`--dist loadgroup`), but those of a module that use a module- or class-scoped
-fixture stay together on one worker (pytest_collection_modifyitems), so that fixture is made once."""
+the other is making wait for it, so that each is still made once a run. A module's tests run on
+one worker (`--dist loadgroup`, pytest_collection_modifyitems), where its fixtures are made once
+and its tests do not wait on each other's locks, except test_parity's, which go by parity config:
+each config's compile and checks together, the configs spread over both workers."""
 
 import os
 import sys
@@ -21,13 +22,17 @@ from parity_configs import PARITY, load_reference, write_checkpoint  # noqa: E40
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+SPREAD_BY_CONFIG = ("test_parity",)  # modules whose tests are grouped by their `name` parameter
+
+
 def pytest_collection_modifyitems(config, items):
-    """Keep a module's tests that share a module- or class-scoped fixture on one worker."""
+    """The xdist group of each test: its module, or (SPREAD_BY_CONFIG) its module and config."""
     for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        defs = info.name2fixturedefs.values() if info is not None else ()
-        if any(d[-1].scope in ("module", "class", "package") for d in defs if d):
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+        group = item.module.__name__
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if group in SPREAD_BY_CONFIG and "name" in params:
+            group = f"{group}[{params['name']}]"
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")
