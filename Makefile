@@ -20,7 +20,7 @@ demo: install
 	$(VENV)/bin/day0 demo --workdir $(DEMO)
 
 test: install lint
-	$(VPY) -m pytest -q -n 2 --dist loadgroup --durations=15 tests  # two workers: much of the suite is one-core Python
+	$(VPY) -m pytest -q -n 3 --dist load --durations=15 tests  # 3 workers on 2 cores: one is often waiting for another's compile
 	$(VENV)/bin/lit -v tests/lit
 
 # ruff (pinned; pyproject.toml [tool.ruff]): lint and the formatter's check; `make test` runs it first

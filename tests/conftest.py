@@ -1,12 +1,11 @@
 """Shared fixtures: the parity checkpoints (tests/parity_configs.py) written once per run, each
 compiled once per run, and transformers' oracle for each, loaded once a process.
 
-`make test` runs pytest with two pytest-xdist workers: the checkpoints and artifacts live in one
-directory for the whole run (`workdir`), and a file lock per item makes a worker that needs one
-the other is making wait for it, so that each is still made once a run. A module's tests run on
-one worker (`--dist loadgroup`, pytest_collection_modifyitems), where its fixtures are made once
-and its tests do not wait on each other's locks, except test_parity's, which go by parity config:
-each config's compile and checks together, the configs spread over both workers."""
+`make test` runs pytest with three pytest-xdist workers, test by test (`--dist load`; pytest 9.2 with
+xdist 3.8 does not honour `xdist_group` marks): the checkpoints and artifacts live in one directory
+for the whole run (`workdir`), and a file lock per item makes a worker that needs one another is
+making wait for it, so that each is still made once a run. A waiting worker leaves its core to the
+other two."""
 
 import os
 import sys
@@ -20,19 +19,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 from parity_configs import PARITY, load_reference, write_checkpoint  # noqa: E402
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-
-SPREAD_BY_CONFIG = ("test_parity",)  # modules whose tests are grouped by their `name` parameter
-
-
-def pytest_collection_modifyitems(config, items):
-    """The xdist group of each test: its module, or (SPREAD_BY_CONFIG) its module and config."""
-    for item in items:
-        group = item.module.__name__
-        params = getattr(getattr(item, "callspec", None), "params", {})
-        if group in SPREAD_BY_CONFIG and "name" in params:
-            group = f"{group}[{params['name']}]"
-        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")
