@@ -20,7 +20,7 @@ demo: install
 	$(VENV)/bin/day0 demo --workdir $(DEMO)
 
 test: install lint
-	$(VPY) -m pytest -q -n 3 --dist load --durations=15 tests  # 3 workers on 2 cores: one is often waiting for another's compile
+	$(VPY) -m pytest -q -n 2 --dist load --durations=15 tests  # two workers, test by test (tests/conftest.py)
 	$(VENV)/bin/lit -v tests/lit
 
 # ruff (pinned; pyproject.toml [tool.ruff]): lint and the formatter's check; `make test` runs it first

@@ -1,11 +1,11 @@
 """Shared fixtures: the parity checkpoints (tests/parity_configs.py) written once per run, each
 compiled once per run, and transformers' oracle for each, loaded once a process.
 
-`make test` runs pytest with three pytest-xdist workers, test by test (`--dist load`; pytest 9.2 with
-xdist 3.8 does not honour `xdist_group` marks): the checkpoints and artifacts live in one directory
-for the whole run (`workdir`), and a file lock per item makes a worker that needs one another is
-making wait for it, so that each is still made once a run. A waiting worker leaves its core to the
-other two."""
+`make test` runs pytest with two pytest-xdist workers, test by test (`--dist load`: 20:30 on the
+2-core machine with nothing else running; pytest 9.2 with xdist 3.8 does not honour
+`xdist_group` marks, and a third worker only made it slower): the checkpoints and artifacts live in
+one directory for the whole run (`workdir`), and a file lock per item makes a worker that needs one
+the other is making wait for it, so that each is still made once a run."""
 
 import os
 import sys
