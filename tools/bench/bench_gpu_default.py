@@ -86,13 +86,14 @@ def package(out: Path, config: str, target: str) -> dict:
     if root.exists():
         shutil.rmtree(root)
     root.mkdir(parents=True)
+    builds = variants(target)
     shutil.copytree(_checkpoint(), root / "checkpoint")
-    if any(v["weights"] == "bfloat16" for v in variants(target)):
+    if any(v["weights"] == "bfloat16" for v in builds):
         bf16_weights(_checkpoint(), _checkpoint_dir(root, "bfloat16"))
     np.save(root / "stream.npy", held_out_stream(_checkpoint(), s["tokens"]))
     tok = Tokenizer.from_file(str(_checkpoint() / "tokenizer.json"))
     prompts = [tok.encode(p).ids for p in PROMPTS]
-    for v in variants(target):
+    for v in builds:
         options = BuildOptions(
             target=target,
             max_seq_len=s["window"] + s["greedy"] + 8,
@@ -103,7 +104,7 @@ def package(out: Path, config: str, target: str) -> dict:
         ckpt = _checkpoint_dir(root, v["weights"])
         compile_checkpoint(ckpt, root / f"artifact-{_name(v)}", options, progress=lambda *_: None)
     bench_e2e.ship_sources(out, SHIPPED)
-    return {"config": config, **s, "variants": variants(target), "prompts": prompts}
+    return {"config": config, **s, "variants": builds, "prompts": prompts}
 
 
 def _session_ways(root: Path, spec: dict, weights: str, device: str):

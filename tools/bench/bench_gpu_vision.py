@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import io
 import shutil
-import statistics
-import time
 from pathlib import Path
 
 SETTINGS = {
@@ -133,17 +131,11 @@ def package(out: Path, config: str, target: str, cache: Path) -> dict:
     return {"config": config, "seed": SEED, **s, "image_tokens": tokens}
 
 
-def _timed(fn, repeats: int, sync) -> float:
-    """Median wall seconds of fn() then sync(), after one warm-up call."""
-    fn()
-    sync()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+def _timed(fn, repeats: int, sync, warmup: bool = True) -> float:
+    """Median wall seconds of fn() then sync() (timing.median_seconds)."""
+    from day0.tools.bench.timing import median_seconds
+
+    return median_seconds(lambda: (fn(), sync()), repeats, warmup)
 
 
 def run(pkg: Path, spec_all: dict, device: str) -> dict:
@@ -175,7 +167,8 @@ def run(pkg: Path, spec_all: dict, device: str) -> dict:
             want = reference.model.visual(torch.from_numpy(pixels).to(dev), grid_thw=torch.from_numpy(grid).to(dev))
             want = want.pooler_output.float().cpu().numpy()
             got = images.features(session._caller, pixels, grid)  # noqa: SLF001
-            ms = _timed(lambda p=pixels, g=grid: images.features(session._caller, p, g), spec["repeats"], sync)  # noqa: SLF001
+            # `got` was the warm-up
+            ms = _timed(lambda p=pixels, g=grid: images.features(session._caller, p, g), spec["repeats"], sync, False)  # noqa: SLF001
             rows.append(
                 {
                     "side_px": side,
