@@ -11,6 +11,8 @@ from contextvars import ContextVar
 import torch
 from torch import Tensor
 
+from day0.lowering.kernel_geometry import VISION_HEAD_DIMS
+
 
 @torch.library.custom_op("day0::dsa_attention", mutates_args=())
 def dsa_attention(q: Tensor, kv: Tensor, indices: Tensor, scale: float, value_dim: int) -> Tensor:
@@ -42,7 +44,7 @@ def _(q: Tensor, kv: Tensor, indices: Tensor, scale: float, value_dim: int) -> T
 # function of the same name; it emits the custom op only inside `keeping({...})` (set by export
 # for the target), and otherwise the op's reference body, so other targets trace plain aten ops.
 # (A decomposition-table entry for a custom op would change later exports in the process too.)
-DECOMPOSABLE = ("indexer_scores", "moe_route", "materialize")
+DECOMPOSABLE = ("indexer_scores", "moe_route", "materialize", "vision_attention")
 _KEPT: ContextVar[frozenset] = ContextVar("day0_kept_ops", default=frozenset())
 
 
@@ -117,6 +119,36 @@ def _indexer_scores_rows_op(q: Tensor, keys: Tensor, rows: Tensor, weights: Tens
 def _(q: Tensor, keys: Tensor, rows: Tensor, weights: Tensor, scale: float) -> Tensor:
     torch._check(q.dim() == 3 and keys.dim() == 2 and rows.dim() == 2 and weights.dim() == 2)
     return q.new_empty(rows.shape[0], rows.shape[1])
+
+
+def vision_attention(q: Tensor, k: Tensor, v: Tensor, segments: Tensor, scale: float) -> Tensor:
+    """Dense attention within segments (the vision tower's): q, k, v [P, H, D] f32, segments [P]
+    i64, non-decreasing (each segment one run of patches: runtime/images.py) -> [P, H, D] f32,
+    out[s, h] = softmax_t(scale · q[s, h]·k[t, h]) · v[t, h] over the t of s's segment.
+    A target that keeps `vision_attention` gets `day0::vision_attention` where its kernel takes
+    the head dim (kernel_geometry.VISION_HEAD_DIMS); elsewhere the reference body, one masked
+    attention over all P patches (P² scores)."""
+    if "vision_attention" in _KEPT.get() and q.shape[-1] in VISION_HEAD_DIMS:
+        return torch.ops.day0.vision_attention(q, k, v, segments, scale)
+    return vision_attention_reference(q, k, v, segments, scale)
+
+
+def vision_attention_reference(q: Tensor, k: Tensor, v: Tensor, segments: Tensor, scale: float) -> Tensor:
+    same = segments[:, None] == segments[None, :]  # [P, P]
+    scores = torch.einsum("shd,thd->hst", q, k) * scale  # [H, P, P]
+    probs = torch.softmax(scores.masked_fill(~same, float("-inf")), dim=-1)
+    return torch.einsum("hst,thd->shd", probs, v)
+
+
+@torch.library.custom_op("day0::vision_attention", mutates_args=())
+def _vision_attention_op(q: Tensor, k: Tensor, v: Tensor, segments: Tensor, scale: float) -> Tensor:
+    return vision_attention_reference(q, k, v, segments, scale)
+
+
+@_vision_attention_op.register_fake
+def _(q: Tensor, k: Tensor, v: Tensor, segments: Tensor, scale: float) -> Tensor:
+    torch._check(q.dim() == 3 and k.dim() == 3 and v.dim() == 3 and segments.dim() == 1)
+    return q.new_empty(q.shape)
 
 
 # --- MXFP4 (OCP microscaling: E2M1 codes two per byte, low nibble = even element, one E8M0 scale

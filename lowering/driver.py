@@ -148,6 +148,10 @@ class BuildOptions:
     # weights (matmul-to-bf16-terms); 3: f32 accuracy, 2: a product fewer; None: the target's (2 on
     # cuda-sm90: docs/perf.md, default model)
     matmul_terms: int | None = None
+    # the same for the vision tower's matmuls and attention (1: bf16 products and a bf16 flash
+    # attention, as a bf16 tower computes; 2, 3: more exact; the attention takes at most 2);
+    # None: the target's (1 on cuda-sm90: docs/perf.md, images)
+    image_terms: int | None = None
 
 
 def _progress_printer(stream=sys.stderr) -> Callable[[str, str], None]:
@@ -243,9 +247,10 @@ def compile_checkpoint(
         progress("passes", "start")
         width = model.selection_width()
         dsa = DsaShape(width, model.dsa_block(), options.dsa_tile, options.max_seq_len) if width is not None else None
+        pipeline = target.pipeline(dsa, matmul_terms=options.matmul_terms, image_terms=options.image_terms)
         with new_context():
             module = parse_module(exported.mlir)
-            for i, p in enumerate(parse_pipeline(target.pipeline(dsa, matmul_terms=options.matmul_terms)), start=1):
+            for i, p in enumerate(parse_pipeline(pipeline), start=1):
                 p.run(module)
                 try:
                     module.operation.verify()
@@ -459,6 +464,8 @@ def check_options(options: BuildOptions) -> None:
         raise BuildError(f"--block-size must be an integer in [1, 4096] (got {options.block_size})")
     if options.matmul_terms not in (None, 2, 3):
         raise BuildError(f"--matmul-terms must be 2 or 3 (got {options.matmul_terms})")
+    if options.image_terms not in (None, 1, 2, 3):
+        raise BuildError(f"--image-terms must be 1, 2 or 3 (got {options.image_terms})")
 
 
 def is_artifact(path: Path) -> bool:

@@ -368,6 +368,34 @@ def linear_grid(N: int, S: int) -> Grid:
     return cdiv(N, LINEAR_COLS), S, 1
 
 
+# ---------------------------------------------------------------------------------------------
+# vision_attention.cu: day0::vision_attention, dense attention within segments (the vision
+# tower), flash-style; q, k, v as stacked bf16 terms [TERMS, P, H, D], f32 out [P, H, D]
+
+VISION_HEAD_DIMS = (16, 32, 64, 128)  # the entries' D
+VISION_TERMS = (1, 2)  # the entries' bf16 terms per f32 value of q, k, v and P
+VISION_QROWS = 128  # QROWS: query rows a CTA
+
+
+def vision_entry(D: int, terms: int) -> str:
+    return f"day0_vision_attention_d{D}_t{terms}"
+
+
+VISION_ATTENTION = KernelSet(
+    "day0_vision_attention",
+    "vision_attention.cu",
+    "vision_attention.sm_90.ptx",
+    # q, k, v, seg | out ; P, H, scale bits ; grid (ceil(P / VISION_QROWS), H)
+    tuple(
+        Entry(vision_entry(D, t), (True, True, True, True, False), 3, 2) for D in VISION_HEAD_DIMS for t in VISION_TERMS
+    ),
+)
+
+
+def vision_grid(P: int, H: int) -> Grid:
+    return cdiv(P, VISION_QROWS), H, 1
+
+
 KERNEL_SETS = (
     INDEXER_SCORES,
     DSA_ATTENTION,
@@ -376,4 +404,5 @@ KERNEL_SETS = (
     TOPK_SELECT,
     MOE_ROUTE,
     LINEAR_BF16,
+    VISION_ATTENTION,
 )  # one per .cu

@@ -32,9 +32,10 @@ DEFAULT_DSA_TILE = 64
 #   topk     aten.topk
 #   mxfp4    day0::mxfp4_linear / day0::mxfp4_moe
 #   dsa      day0::dsa_attention (the pass text is a function of the model's DSA shape, DsaShape)
+#   vision   day0::vision_attention (targets that keep it whole)
 #   matmul   the remaining matmuls
 #   fusion   day0::materialize (targets that keep it: a fusion boundary, frontend/ops.py)
-ROLES = ("weights", "indexer", "router", "topk", "mxfp4", "dsa", "matmul", "fusion")
+ROLES = ("weights", "indexer", "router", "topk", "mxfp4", "dsa", "vision", "matmul", "fusion")
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,9 @@ class Target:
     # bf16 terms per f32 activation in matmul-to-bf16-terms, where the passes run it (BuildOptions
     # matmul_terms overrides)
     matmul_terms: int = 3
+    # the same in the vision tower's functions (encode_image_<P>), and the terms of q, k, v and the
+    # probabilities in its attention kernel (at most 2; BuildOptions image_terms overrides)
+    image_terms: int = 3
     prepare: Callable[[str], str] | None = field(default=None, compare=False)
 
     @property
@@ -115,12 +119,23 @@ class Target:
         return self.prepare(mlir_text) if self.prepare else mlir_text
 
     def pipeline(
-        self, dsa: DsaShape | None = None, roles: tuple[str, ...] | None = None, matmul_terms: int | None = None
+        self,
+        dsa: DsaShape | None = None,
+        roles: tuple[str, ...] | None = None,
+        matmul_terms: int | None = None,
+        image_terms: int | None = None,
     ) -> str:
         """This target's pass pipeline for a model whose DSA op has shape `dsa` (None: no DSA op);
-        `roles`: only the passes of those roles (ROLES), in pipeline order; `matmul_terms`: the
-        bf16 terms of matmul-to-bf16-terms, where the target runs it (None: the target's)."""
+        `roles`: only the passes of those roles (ROLES), in pipeline order; `matmul_terms`,
+        `image_terms`: the bf16 terms of matmul-to-bf16-terms outside and inside the vision tower
+        (the latter also vision-attention-to-cuda-kernel's, at most 2), where the target runs them
+        (None: the target's)."""
         terms = self.matmul_terms if matmul_terms is None else matmul_terms
+        tower = self.image_terms if image_terms is None else image_terms
+        options = {
+            "matmul-to-bf16-terms": f"{{terms={terms} image-terms={tower}}}",
+            "vision-attention-to-cuda-kernel": f"{{terms={min(tower, 2)}}}",
+        }
         unknown = set(roles or ()) - set(ROLES)
         if unknown:
             raise ValueError(f"unknown pass role(s) {', '.join(sorted(unknown))}; roles: {', '.join(ROLES)}")
@@ -130,10 +145,8 @@ class Target:
                 continue
             if callable(p):
                 p = p(dsa)
-            if p == "matmul-to-bf16-terms":
-                p = f"{p}{{terms={terms}}}"
             if p is not None:
-                chosen.append(p)
+                chosen.append(p + options.get(p, ""))
         return f"builtin.module({','.join(chosen)})"
 
 
@@ -256,7 +269,7 @@ TARGETS: dict[str, Target] = {
     # No device flags: the device target travels inside the module (see _attach_cuda_sm90).
     # O3: fewer kernel launches a decode step, outputs bitwise equal to the default level's.
     # day0's own kernels replace IREE's lowering where it is slow or wrong on sm_90 (docs/perf.md):
-    #   indexer scores and DSA attention (tensor-core kernels), the MoE router (one kernel where
+    #   indexer scores, DSA attention and the vision tower's attention (tensor-core kernels), the MoE router (one kernel where
     #   IREE made ~8 dispatches), every topk (radix select: IREE's GPU
     #   topk is slow and produced out-of-range indices on -inf-masked router rows, min-size=0 sends
     #   every row to it), MXFP4 matmuls (IREE's CUDA codegen fails on or miscompiles the fused
@@ -292,20 +305,23 @@ TARGETS: dict[str, Target] = {
             ("topk", "topk-to-linalg-ext"),
             ("mxfp4", "mxfp4-to-cuda-matvec"),
             ("dsa", lambda dsa: None if dsa is None else "dsa-to-cuda-kernel"),
+            ("vision", "vision-attention-to-cuda-kernel"),
             ("matmul", "matmul-to-cuda-linear"),
             ("matmul", "matmul-to-bf16-terms"),
             ("fusion", "materialize-to-barrier"),
         ),
-        kept_ops=("indexer_scores", "moe_route", "materialize"),
+        kept_ops=("indexer_scores", "moe_route", "materialize", "vision_attention"),
         prefill_chunk=512,
         cache_dtype="bfloat16",
         # two terms (2^-18 |x| left out): on the trained default model held-out perplexity and
         # greedy tokens equal three terms' (docs/perf.md, default model), ~8% faster 4K prefill
         matmul_terms=2,
+        # the vision tower at one term: bf16 products with f32 accumulation and a bf16 flash
+        # attention, as transformers' bf16 tower computes (docs/perf.md, images)
+        image_terms=1,
         prepare=_attach_cuda_sm90,
-        # the vision tower at static buckets: the tiny vision artifact's features, prompt and decode
-        # logits match llvm-cpu's on the H100 (docs/perf.md, images); its attention is IREE's
-        # decomposed form, slow at the release tower's sizes (the same section)
+        # the vision tower at static buckets, its attention on day0's kernel
+        # (vision-attention-to-cuda-kernel; docs/perf.md, images)
         images=True,
     ),
 }

@@ -21,9 +21,10 @@ The tower (Glm5NextVision* in transformers):
   - post_layernorm (RMSNorm), then `downsample`: a Conv2d of kernel = stride = m over each m×m block
     of m² consecutive patches, i.e. one matmul over the block's concatenated rows;
   - merger: proj, LayerNorm, exact GELU, clamped SwiGLU.
-Attention within segments is one dense attention over all P patches, masked to equal segments: the
-same softmax as transformers' per-segment attention (masked logits are -inf, their weights exactly
-0), at the cost of P² scores.
+Attention within segments is `day0::vision_attention` (frontend/ops.py): eagerly and on llvm-cpu one
+dense attention over all P patches, masked to equal segments (the same softmax as transformers'
+per-segment attention: masked logits are -inf, their weights exactly 0), at the cost of P² scores;
+cuda-sm90 keeps the op whole for day0's flash-style kernel, which visits only each segment's keys.
 
 Module names are the checkpoint's relative to `model.visual.` (PREFIX); all math is float32 whatever
 the parameters' storage dtype (models/layers.py).
@@ -35,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from day0.frontend.ops import vision_attention
 from day0.models.base import ParameterShapes, allocate_empty
 from day0.models.checkpoint import CheckpointError
 from day0.models.config import (
@@ -181,17 +183,14 @@ class VisionAttention(nn.Module):
         self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
         self.scale = self.head_dim**-0.5
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, same: Tensor) -> Tensor:
-        """x [P, hidden]; cos, sin [P, head_dim/2]; same [P, P] bool: whether two patches share a
-        segment (the only pairs that attend). Returns [P, hidden]."""
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, segments: Tensor) -> Tensor:
+        """x [P, hidden]; cos, sin [P, head_dim/2]; segments [P] i64 (only patches of one segment
+        attend to each other: frontend/ops.py vision_attention). Returns [P, hidden]."""
         p = x.shape[0]
         q, k, v = linear(x, self.qkv).reshape(p, 3, self.heads, self.head_dim).unbind(1)  # [P, H, D] each
         q = rotate_half_split(self.q_norm(q), cos, sin)
         k = rotate_half_split(self.k_norm(k), cos, sin)
-        scores = torch.einsum("shd,thd->hst", q, k) * self.scale  # [H, P, P]
-        scores = scores.masked_fill(~same, float("-inf"))
-        probs = torch.softmax(scores, dim=-1)
-        o = torch.einsum("hst,thd->shd", probs, v).reshape(p, self.heads * self.head_dim)
+        o = vision_attention(q, k, v, segments, self.scale).reshape(p, self.heads * self.head_dim)
         return linear(o, self.proj)
 
 
@@ -206,8 +205,8 @@ class VisionBlock(nn.Module):
         self.attn = VisionAttention(cfg)
         self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size, cfg.swiglu_limit, bias=cfg.attention_bias)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, same: Tensor) -> Tensor:
-        x = x + self.attn(self.norm1(x), cos, sin, same)
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, segments: Tensor) -> Tensor:
+        x = x + self.attn(self.norm1(x), cos, sin, segments)
         return x + self.mlp(self.norm2(x))
 
 
@@ -279,9 +278,8 @@ class VisionTower(nn.Module):
         multiple of m² -> features [P/m², out_hidden_size] f32."""
         x = self.embed(pixel_values)
         cos, sin = self.rope(positions)
-        same = segments[:, None] == segments[None, :]  # [P, P]
         for block in self.blocks:
-            x = block(x, cos, sin, same)
+            x = block(x, cos, sin, segments)
         return self.merger(self.downsampled(self.post_layernorm(x)))
 
     def embed(self, pixel_values: Tensor) -> Tensor:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from day0.frontend.ir import Module, Operation, Value
+from day0.frontend.ir import Module, Operation, Value, ir
 from day0.passes.base import DiagnosticEngine, ModulePass, collect_ops
 from day0.passes.torch_ir import TensorType, TorchBuilder, defining_op, replace_op
 
@@ -130,11 +130,12 @@ class _Site:
     widened: tuple[Widened | None, Widened | None]  # per operand
 
 
-def _stacked_terms(src: str, dims, axis: int, terms: int) -> list[str]:
-    """Lines computing %xs: the `terms` bf16 terms of the f32 tensor `src` stacked along `axis` (term
-    j at [j·n, (j+1)·n) of it), in one linalg.generic: its domain has a terms dim before `axis`
-    (linalg.index picks the term), and a collapse_shape merges the two. One dispatch, where a
-    generic per term and an insert_slice each took launches of their own."""
+def stacked_terms(src: str, dims, axis: int, terms: int, name: str = "xs", collapse: bool = True) -> list[str]:
+    """Lines computing %<name>: the `terms` bf16 terms of the f32 tensor `src` stacked along `axis`
+    (term j at [j·n, (j+1)·n) of it), in one linalg.generic: its domain has a terms dim before
+    `axis` (linalg.index picks the term), and a collapse_shape merges the two (collapse=False:
+    %<name> is the generic's result, the terms dim kept). One dispatch, where a generic per term
+    and an insert_slice each took launches of their own."""
     rank = len(dims)
     dom = [f"d{i}" for i in range(rank + 1)]
     in_map = f"affine_map<({', '.join(dom)}) -> ({', '.join(d for i, d in enumerate(dom) if i != axis)})>"
@@ -158,10 +159,11 @@ def _stacked_terms(src: str, dims, axis: int, terms: int) -> list[str]:
     groups = [[i] for i in range(axis)] + [[axis, axis + 1]] + [[i] for i in range(axis + 2, rank + 1)]
     reassoc = "[" + ", ".join("[" + ", ".join(map(str, g)) + "]" for g in groups) + "]"
     iters = ", ".join(['"parallel"'] * (rank + 1))
-    return [
-        f"  %xs3_e = tensor.empty() : tensor<{_shape(dims3)}xbf16>",
-        f"  %xs3 = linalg.generic {{indexing_maps = [{in_map}, {out_map}], iterator_types = [{iters}]}} "
-        f"ins({src} : tensor<{_shape(dims)}xf32>) outs(%xs3_e : tensor<{_shape(dims3)}xbf16>) {{\n"
+    full = name if not collapse else f"{name}3"
+    lines = [
+        f"  %{full}_e = tensor.empty() : tensor<{_shape(dims3)}xbf16>",
+        f"  %{full} = linalg.generic {{indexing_maps = [{in_map}, {out_map}], iterator_types = [{iters}]}} "
+        f"ins({src} : tensor<{_shape(dims)}xf32>) outs(%{full}_e : tensor<{_shape(dims3)}xbf16>) {{\n"
         "    ^bb0(%x: f32, %o: bf16):\n"
         "      %c16 = arith.constant 16 : i32\n"
         "      %one = arith.constant 1 : i32\n"
@@ -169,13 +171,17 @@ def _stacked_terms(src: str, dims, axis: int, terms: int) -> list[str]:
         f"      %mask = arith.constant -65536 : i32{body}\n"
         f"      linalg.yield {pick} : bf16\n"
         f"  }} -> tensor<{_shape(dims3)}xbf16>",
-        f"  %xs = tensor.collapse_shape %xs3 {reassoc} : tensor<{_shape(dims3)}xbf16> into tensor<{_shape(big)}xbf16>",
     ]
+    if collapse:
+        lines.append(
+            f"  %{name} = tensor.collapse_shape %{full} {reassoc} : tensor<{_shape(dims3)}xbf16> into tensor<{_shape(big)}xbf16>"
+        )
+    return lines
 
 
 def _stacked(f32_side: int, src: str, dims, out_dims, terms: int, other: str, kind: str) -> list[str]:
     """Lines computing %r from the terms of the f32 operand `src` stacked along its free axis (rows
-    of a, columns of b; _stacked_terms): one product reading the widened operand once, then the
+    of a, columns of b; stacked_terms): one product reading the widened operand once, then the
     sum of its `terms` slices."""
     axis = len(dims) - 2 + f32_side  # the free axis, of the same size and place in the output
     n = dims[axis]
@@ -191,7 +197,7 @@ def _stacked(f32_side: int, src: str, dims, out_dims, terms: int, other: str, ki
     def offsets(j: int) -> str:
         return ", ".join(str(j * n) if i == axis else "0" for i in range(len(dims)))
 
-    lines = _stacked_terms(src, dims, axis, terms)
+    lines = stacked_terms(src, dims, axis, terms)
     prev = "%xs"
     pair = f"{prev}, %bb : {xs_t}, {other}" if f32_side == 0 else f"%ab, {prev} : {other}, {xs_t}"
     lines += [
@@ -310,13 +316,29 @@ def _erase_dead(ops: list[Operation]) -> None:
                 changed = True
 
 
+# The vision tower's entry points (runtime/artifact.py IMAGE_ENCODER: encode_image_<P>), whose
+# matmuls take `image-terms`.
+IMAGE_FUNCTIONS = "encode_image"
+
+
+def enclosing_function(op: Operation) -> str:
+    """The symbol name of the func.func holding `op` ('' at module level)."""
+    parent = op.parent
+    while parent is not None and parent.name != "func.func":
+        parent = parent.parent
+    return "" if parent is None else ir.StringAttr(parent.attributes["sym_name"]).value
+
+
 @dataclass(frozen=True)
 class MatmulToBf16Terms(ModulePass):
     """Options:
     min-rows  rewrite only matmuls whose output rows M and columns N are both static and at least
               this (default 64): matvecs stay f32 (bound by the widened operand's bytes).
     terms     bf16 terms the f32 operand is split into: 3 (default; x - terms < 2^-27 |x|, as
-              exact as an f32 product) or 2 (< 2^-18 |x|; one product less).
+              exact as an f32 product), 2 (< 2^-18 |x|; one product less) or 1 (x rounded to
+              bf16: a bf16 product with f32 accumulation, as a bf16 model computes).
+    image-terms  terms for the matmuls of the vision tower's functions (`encode_image_<P>`);
+              0 (default): `terms`. cuda-sm90 runs the tower at one term (lowering/targets.py).
     stack-rows  when the f32 operand's free dim (rows of a, columns of b) times `terms` is at most
               this (default 256: a batched decode step's 64 rows, not a 512-token prefill chunk),
               the terms are stacked along it into one product that reads the widened operand
@@ -330,12 +352,21 @@ class MatmulToBf16Terms(ModulePass):
     option_minimums = {"min_rows": 1, "stack_rows": 0}
     min_rows: int = 64
     terms: int = 3
+    image_terms: int = 0
     stack_rows: int = 256
 
     def __post_init__(self):
-        if self.terms not in (2, 3):
-            raise ValueError(f"terms must be 2 or 3, got {self.terms}")
+        if self.terms not in (1, 2, 3):
+            raise ValueError(f"terms must be 1, 2 or 3, got {self.terms}")
+        if self.image_terms not in (0, 1, 2, 3):
+            raise ValueError(f"image-terms must be 0 (terms), 1, 2 or 3, got {self.image_terms}")
         super().__post_init__()
+
+    def terms_at(self, op: Operation) -> int:
+        """The terms for the matmul `op`: image-terms inside the tower's functions."""
+        if self.image_terms and enclosing_function(op).startswith(IMAGE_FUNCTIONS):
+            return self.image_terms
+        return self.terms
 
     def apply(self, module_op: Operation, diag: DiagnosticEngine) -> None:
         sites = []
@@ -353,6 +384,7 @@ class MatmulToBf16Terms(ModulePass):
             for w in filter(None, site.widened):
                 dead += [o for o in [*reversed(w.chain), w.widen] if o not in dead]
             free = _free_dim(site)
+            terms = self.terms_at(site.op)
             with site.op.location:
-                _rewrite(site, self.terms, free is not None and free * self.terms <= self.stack_rows)
+                _rewrite(site, terms, free is not None and free * terms <= self.stack_rows)
         _erase_dead(dead)

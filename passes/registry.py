@@ -18,6 +18,7 @@ _PASSES: dict[str, tuple[str, str]] = {
     "mxfp4-to-cuda-matvec": ("day0.passes.mxfp4_to_cuda_matvec", "Mxfp4ToCudaMatvec"),
     "fuse-mxfp4-matmul": ("day0.passes.fuse_mxfp4_matmul", "FuseMxfp4Matmul"),
     "moe-route-to-cuda-kernel": ("day0.passes.moe_route_to_cuda_kernel", "MoeRouteToCudaKernel"),
+    "vision-attention-to-cuda-kernel": ("day0.passes.vision_attention_to_cuda_kernel", "VisionAttentionToCudaKernel"),
     "matmul-to-cuda-linear": ("day0.passes.matmul_to_cuda_linear", "MatmulToCudaLinear"),
     "matmul-to-bf16-terms": ("day0.passes.matmul_to_bf16_terms", "MatmulToBf16Terms"),
     "materialize-to-barrier": ("day0.passes.materialize_to_barrier", "MaterializeToBarrier"),

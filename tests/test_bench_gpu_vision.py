@@ -27,3 +27,11 @@ def test_vision_piece_runs_from_its_own_sources(tmp_path):
         assert min(row["day0_ms"], row["transformers_eager_ms"], row["transformers_sdpa_ms"]) > 0
     assert vision["ttft"]["day0_ms"] > 0 and vision["ttft"]["transformers_sdpa_ms"] > 0
     assert "vision tower (tiny shapes)" in p.stdout and "time to first token" in p.stdout
+
+
+def test_two_term_variant_only_where_the_tower_runs_one():
+    """cuda-sm90 runs the tower at one bf16 term, so its package adds a two-term artifact to
+    report what that costs; llvm-cpu (f32 tower) adds none."""
+    from day0.tools.bench.bench_gpu_vision import variants
+
+    assert variants("cuda-sm90") == [2] and variants("llvm-cpu") == []

@@ -88,14 +88,23 @@ def test_kda_models_compile_for_sm90(checkpoint, tmp_path, name):
 
 
 def test_matmul_terms_reach_the_pass_and_are_bounded(tmp_path):
-    """cuda-sm90 runs matmul-to-bf16-terms with two terms (its measured default); BuildOptions
-    .matmul_terms (--matmul-terms) sets them; targets without the pass are unchanged; a count the
-    pass cannot do is refused up front."""
+    """cuda-sm90 runs matmul-to-bf16-terms with two terms, and the vision tower's matmuls and
+    attention kernel with one (its measured defaults); BuildOptions .matmul_terms / .image_terms
+    (--matmul-terms / --image-terms) set them, the attention kernel taking at most two; targets
+    without the passes are unchanged; a count the passes cannot do is refused up front."""
     from day0.lowering.driver import BuildError, BuildOptions, check_options
 
     cuda = TARGETS["cuda-sm90"]
-    assert "matmul-to-bf16-terms{terms=2}," in cuda.pipeline() and cuda.pipeline(matmul_terms=2) == cuda.pipeline()
-    assert "matmul-to-bf16-terms{terms=3}," in cuda.pipeline(matmul_terms=3)
-    assert TARGETS["llvm-cpu"].pipeline(matmul_terms=2) == TARGETS["llvm-cpu"].pipeline()
+    assert "matmul-to-bf16-terms{terms=2 image-terms=1}," in cuda.pipeline()
+    assert "vision-attention-to-cuda-kernel{terms=1}," in cuda.pipeline()
+    assert cuda.pipeline(matmul_terms=2, image_terms=1) == cuda.pipeline()
+    assert "matmul-to-bf16-terms{terms=3 image-terms=1}," in cuda.pipeline(matmul_terms=3)
+    three = cuda.pipeline(image_terms=3)
+    assert (
+        "matmul-to-bf16-terms{terms=2 image-terms=3}," in three and "vision-attention-to-cuda-kernel{terms=2}," in three
+    )
+    assert TARGETS["llvm-cpu"].pipeline(matmul_terms=2, image_terms=1) == TARGETS["llvm-cpu"].pipeline()
     with pytest.raises(BuildError, match=r"--matmul-terms must be 2 or 3 \(got 1\)"):
         check_options(BuildOptions(target="cuda-sm90", matmul_terms=1))
+    with pytest.raises(BuildError, match=r"--image-terms must be 1, 2 or 3 \(got 4\)"):
+        check_options(BuildOptions(target="cuda-sm90", image_terms=4))

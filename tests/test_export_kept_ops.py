@@ -34,7 +34,8 @@ def exported(demo_model):
 
 
 def test_a_kept_op_stays_whole_and_others_get_its_body(demo_model, exported):
-    assert kept_ops("llvm-cpu") == () and kept_ops("cuda-sm90") == ("indexer_scores", "moe_route", "materialize")
+    assert kept_ops("llvm-cpu") == ()
+    assert kept_ops("cuda-sm90") == ("indexer_scores", "moe_route", "materialize", "vision_attention")
     layers, funcs = demo_model.cfg.num_hidden_layers, 3  # prefill, decode, prefill_first
     kept = exported(("indexer_scores",))
     assert kept.count('torch.operator "torch.day0.indexer_scores"') == layers * funcs
@@ -44,9 +45,12 @@ def test_a_kept_op_stays_whole_and_others_get_its_body(demo_model, exported):
 
 
 def test_unknown_kept_op_is_refused(demo_model):
-    with pytest.raises(ValueError, match=r"cannot keep \['nope'\].*\['indexer_scores', 'materialize', 'moe_route'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"cannot keep \['nope'\].*\['indexer_scores', 'materialize', 'moe_route', 'vision_attention'\]",
+    ):
         export_model(demo_model, 64, keep=("nope",))
-    assert set(DECOMPOSABLE) == {"indexer_scores", "moe_route", "materialize"}
+    assert set(DECOMPOSABLE) == {"indexer_scores", "moe_route", "materialize", "vision_attention"}
 
 
 def test_the_router_is_one_op_where_kept(demo_model, exported):

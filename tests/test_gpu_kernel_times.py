@@ -16,12 +16,14 @@ from day0.passes import (
     matmul_to_cuda_linear,
     mxfp4_to_cuda_matvec,
     topk_to_radix_select,
+    vision_attention_to_cuda_kernel,
 )
 from day0.passes.extern_dispatch import kernel_ptx
 from day0.tools import build_kernels
 from day0.tools.bench import cuda_launch
 from day0.tools.bench import gpu_kernel_times as gkt
 from day0.tools.bench import gpu_linear_check as glc
+from day0.tools.bench import gpu_vision_attention_check as gvc
 
 KERNEL_SETS = {ks.ptx: ks for ks in kg.KERNEL_SETS}
 
@@ -223,6 +225,20 @@ def test_linear_launches_are_the_pass_dispatches():
     entries = _entries(kernel_ptx(kg.LINEAR_BF16.ptx).decode())
     for S in kg.LINEAR_CLUSTERS:
         assert entries[kg.linear_entry(S)] == ["u64"] * 3 + ["u32"] * 3
+
+
+def test_vision_attention_launches_are_the_pass_dispatches():
+    """gpu_vision_attention_check launches the kernel as the pass dispatches it, for every entry
+    at its check shapes and at the release tower's (16 heads of 64) bench patch counts."""
+    cases = [(P, H, D) for D in kg.VISION_HEAD_DIMS for P, H, _ in gvc.CHECKS]
+    cases += [(P, gvc.RELEASE["H"], gvc.RELEASE["D"]) for P in gvc.BENCH_P]
+    for P, H, D in cases:
+        for terms in kg.VISION_TERMS:
+            (d,) = _dispatches(vision_attention_to_cuda_kernel.function_text(P, H, D, terms, D**-0.5), {})
+            _same(gvc.launch(P, H, D, terms, D**-0.5), d)
+            assert d[2] == (kg.cdiv(P, kg.VISION_QROWS), H, 1)
+    entries = _entries(kernel_ptx(kg.VISION_ATTENTION.ptx).decode())
+    assert {kg.vision_entry(D, t) for D in kg.VISION_HEAD_DIMS for t in kg.VISION_TERMS} == set(entries)
 
 
 def test_linear_cluster_choice():

@@ -280,3 +280,28 @@ def test_config_errors_name_the_field(change, field):
 def test_text_only_config_has_no_tower():
     with pytest.raises(ConfigError, match="field 'vision_config'"):
         VisionTower({"model_type": "glm5_next", "text_config": {"hidden_size": 64}})
+
+
+def _attention_ops(program) -> int:
+    return sum(n.target is torch.ops.day0.vision_attention.default for n in program.graph.nodes)
+
+
+def test_kept_attention_is_one_op_a_block(reference, tower):
+    """Export for a target that keeps `vision_attention` (cuda-sm90) traces each block's attention
+    as one day0::vision_attention, whose eager body is the reference: the program's features are
+    the eager tower's. A head dim without a CUDA kernel entry (here 24) keeps the reference body."""
+    from day0.frontend.ops import keeping
+    from day0.lowering.kernel_geometry import VISION_HEAD_DIMS
+
+    assert VISION["hidden_size"] // VISION["num_heads"] in VISION_HEAD_DIMS
+    grids = GRIDS["two images"]
+    pixels, positions, segments = _inputs(grids)
+    with keeping({"vision_attention"}):
+        program = torch.export.export(tower, (pixels, positions, segments))
+    assert _attention_ops(program) == VISION["depth"]
+    with torch.no_grad():
+        assert rel_err(program.module()(pixels, positions, segments), tower(pixels, positions, segments)) == 0
+    assert _attention_ops(torch.export.export(tower, (pixels, positions, segments))) == 0
+    other = VisionTower({**VISION, "hidden_size": 48}).eval()
+    with keeping({"vision_attention"}):
+        assert _attention_ops(torch.export.export(other, (pixels, positions, segments))) == 0

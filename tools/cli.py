@@ -78,6 +78,7 @@ def cmd_compile(a) -> int:
         cache_dtype=a.cache_dtype,
         image_buckets=a.image_buckets,
         matmul_terms=a.matmul_terms,
+        image_terms=a.image_terms,
     )
     manifest = compile_checkpoint(Path(a.checkpoint), Path(a.output), opts)
     print(f"wrote {a.output} ({manifest.architecture}, target {manifest.target}, max_seq_len {manifest.max_seq_len})")
@@ -308,6 +309,15 @@ def parser() -> argparse.ArgumentParser:
         choices=(2, 3),
         help="cuda-sm90: bf16 terms per f32 activation in prefill matmuls against bf16 weights "
         "(3: f32 accuracy; 2, the default: a third fewer tensor-core products, 2^-18 relative error)",
+    )
+    c.add_argument(
+        "--image-terms",
+        type=int,
+        default=None,
+        choices=(1, 2, 3),
+        help="cuda-sm90: the same for the vision tower's matmuls and attention (1, the default: bf16 "
+        "products and a bf16 flash attention, as a bf16 tower computes; 2: ~2^-16 relative error; "
+        "the attention takes at most 2)",
     )
     c.add_argument(
         "--max-batch",

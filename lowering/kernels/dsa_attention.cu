@@ -168,18 +168,6 @@ DSA_KERNELS(bf16, __nv_bfloat16)
 #define MMA_STRIDE (MAX_D + 8)    // shared row stride in bf16: 1168 B, 8 rows hit distinct banks
 #define MMA_CHAINS 4              // independent score accumulators (mma latency)
 
-__device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], unsigned addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-__device__ __forceinline__ void ldsm_x4_trans(unsigned (&r)[4], unsigned addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
 // The transpose of an 8×8 b16 matrix held in mma fragment order (lane g, t: row g, cols 2t, 2t+1).
 __device__ __forceinline__ unsigned movmatrix_trans(unsigned x) {
   unsigned y;
@@ -188,23 +176,6 @@ __device__ __forceinline__ unsigned movmatrix_trans(unsigned x) {
 }
 
 __device__ __forceinline__ float bf16_value(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
-
-__device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (lo) in the low half
-  return *reinterpret_cast<unsigned*>(&v);
-}
-
-// 16 bytes global -> shared, bypassing L1; src_bytes 0 writes zeros.
-__device__ __forceinline__ void cp_async16(unsigned dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
-
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return (unsigned)__cvta_generic_to_shared(p);
-}
 
 // VP = 1: any head count; with fewer than 64 heads the warps of a head group each compute the
 // whole scores (see below). VP > 1 (day0_dsa_partial_bf16_mma_vp<VP>, for at most 64 / VP heads

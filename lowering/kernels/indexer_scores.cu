@@ -137,11 +137,6 @@ __device__ __forceinline__ uint4 ld_stream(const void* p) {
   return v;
 }
 
-__device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (lo) in the low half
-  return *reinterpret_cast<unsigned*>(&v);
-}
-
 // Lane (g, i)'s A fragments of the tile at key t0: keys t0 + g (a[0]) and t0 + g + 8 (a[1]) of
 // query s (key_row), 8 bf16 of chunk c each; zeros past T or D and for empty slots. vec: D % 8 == 0
 // (16-byte aligned rows). Returns whether any of the tile's 16 slots holds a key (the same for

@@ -44,11 +44,6 @@ __device__ __forceinline__ float e2m1(unsigned nibble) {
   return (nibble & 8u) ? -mag : mag;
 }
 
-__device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (lo) in the low half
-  return *reinterpret_cast<unsigned*>(&v);
-}
-
 // Four 8×8 bf16 matrices from shared memory; lane l gives the address of row l % 8 of matrix l / 8.
 __device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const void* p) {
   const unsigned a = (unsigned)__cvta_generic_to_shared(p);

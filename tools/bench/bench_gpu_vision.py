@@ -12,6 +12,9 @@ and the same weights:
           with attn_implementation "eager" (the goal's baseline, issue 17) and "sdpa", inputs
           already on the device;
   check   day0's features against transformers' float32 tower (max |Δ| ÷ max |want|);
+  terms   on a target that runs the tower's products in bf16 terms (cuda-sm90: one by default,
+          Target.image_terms), encode and check again with two (BuildOptions image_terms=2,
+          artifact-terms2): what the bf16 tower's speed costs in accuracy;
   ttft    a prompt with one image of the first size, image bytes in to the first greedy token
           (day0: Session.prefill_greedy, preprocessing included; transformers bf16 sdpa: its
           processor's output, one forward). The text model is small: this is the image's part
@@ -115,20 +118,36 @@ def image_tokens(side: int, ckpt: Path) -> int:
     return t * h * w // cfg.merge_size**2
 
 
+def variants(target: str) -> list[int]:
+    """The image_terms of the extra artifacts (artifact-terms<N>): two where the target's tower
+    runs fewer (the pass's knob), none elsewhere."""
+    from day0.lowering.targets import get_target
+
+    t = get_target(target)
+    runs = any(p == "vision-attention-to-cuda-kernel" for _, p in t.passes)
+    return [2] if runs and t.image_terms < 2 else []
+
+
 def package(out: Path, config: str, target: str, cache: Path) -> dict:
     from day0.lowering.driver import BuildOptions, compile_checkpoint
+    from day0.lowering.targets import get_target
     from day0.tools.bench import bench_e2e
 
     s = SETTINGS[config]
     ckpt = write_checkpoint(cache / f"ckpt-vision-{config}-{SEED}", config, SEED)
     tokens = [image_tokens(side, ckpt) for side in s["sides"]]
-    art = out / "vision" / "artifact"
-    if art.exists():
-        shutil.rmtree(art)
-    options = BuildOptions(target=target, max_seq_len=s["max_seq_len"], image_buckets=tuple(sorted(set(tokens))))
-    compile_checkpoint(ckpt, art, options)
+    extra = variants(target)
+    for terms in [None, *extra]:
+        art = out / "vision" / ("artifact" if terms is None else f"artifact-terms{terms}")
+        if art.exists():
+            shutil.rmtree(art)
+        options = BuildOptions(
+            target=target, max_seq_len=s["max_seq_len"], image_buckets=tuple(sorted(set(tokens))), image_terms=terms
+        )
+        compile_checkpoint(ckpt, art, options)
     bench_e2e.ship_sources(out, SHIPPED)
-    return {"config": config, "seed": SEED, **s, "image_tokens": tokens}
+    terms = get_target(target).image_terms
+    return {"config": config, "seed": SEED, **s, "image_tokens": tokens, "image_terms": terms, "variants": extra}
 
 
 def _timed(fn, repeats: int, sync, warmup: bool = True) -> float:
@@ -151,8 +170,9 @@ def run(pkg: Path, spec_all: dict, device: str) -> dict:
     dev = "cuda" if device.startswith("cuda") else "cpu"
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
     ckpt = write_checkpoint(pkg / f"ckpt-vision-{spec['config']}-{spec['seed']}", spec["config"], spec["seed"])
-    session = Session.load(root / "artifact", device=device, verify=False, checkpoint_dir=ckpt)
-    images = session._images  # noqa: SLF001 (the encode after preprocessing, as Session.image_features runs it)
+    names = ["artifact", *(f"artifact-terms{t}" for t in spec.get("variants", []))]
+    sessions = {n: Session.load(root / n, device=device, verify=False, checkpoint_dir=ckpt) for n in names}
+    session = sessions["artifact"]
     cfg = ImageConfig.from_file(ckpt)
     cls = transformers.Glm5NextForConditionalGeneration
     # the float32 reference in float32: cuDNN runs the patch embedding's Conv3d in TF32 by default
@@ -166,18 +186,19 @@ def run(pkg: Path, spec_all: dict, device: str) -> dict:
             inputs[side] = (png, pixels, grid)
             want = reference.model.visual(torch.from_numpy(pixels).to(dev), grid_thw=torch.from_numpy(grid).to(dev))
             want = want.pooler_output.float().cpu().numpy()
-            got = images.features(session._caller, pixels, grid)  # noqa: SLF001
-            # `got` was the warm-up
-            ms = _timed(lambda p=pixels, g=grid: images.features(session._caller, p, g), spec["repeats"], sync, False)  # noqa: SLF001
-            rows.append(
-                {
-                    "side_px": side,
-                    "patches": int(pixels.shape[0]),
-                    "image_tokens": int(got.shape[0]),
-                    "day0_ms": ms * 1e3,
-                    "check": float(np.abs(got - want).max() / np.abs(want).max()),
-                }
-            )
+            row = {"side_px": side, "patches": int(pixels.shape[0])}
+            for name, sess in sessions.items():
+                enc = sess._images  # noqa: SLF001 (the encode after preprocessing, as Session.image_features runs it)
+                got = enc.features(sess._caller, pixels, grid)  # noqa: SLF001 (also the warm-up)
+                ms = _timed(
+                    lambda e=enc, c=sess._caller, p=pixels, g=grid: e.features(c, p, g), spec["repeats"], sync, False
+                )  # noqa: SLF001
+                check = float(np.abs(got - want).max() / np.abs(want).max())
+                if name == "artifact":
+                    row.update(image_tokens=int(got.shape[0]), day0_ms=ms * 1e3, check=check)
+                else:
+                    row[name] = {"day0_ms": ms * 1e3, "check": check}
+            rows.append(row)
     del reference
     torch.backends.cudnn.allow_tf32 = True  # torch's default again, for the timed bf16 runs
     if dev == "cuda":
@@ -215,12 +236,14 @@ def run(pkg: Path, spec_all: dict, device: str) -> dict:
         del model
         if dev == "cuda":
             torch.cuda.empty_cache()
-    return {"piece": "vision", "config": spec["config"], "rows": rows, "ttft": ttft}
+    terms = {"image_terms": spec.get("image_terms"), "variants": spec.get("variants", [])}
+    return {"piece": "vision", "config": spec["config"], **terms, "rows": rows, "ttft": ttft}
 
 
 def table(r: dict) -> str:
+    terms = f" at {r['image_terms']} term(s)" if r.get("image_terms") else ""
     lines = [
-        f"vision tower ({r['config']} shapes): encode ms, day0 vs transformers bf16 (eager, sdpa); "
+        f"vision tower ({r['config']} shapes): encode ms, day0{terms} vs transformers bf16 (eager, sdpa); "
         "check: features vs transformers f32",
         f"{'image':>8}{'patches':>9}{'tokens':>8}{'day0':>9}{'eager':>9}{'sdpa':>9}{'eager/day0':>12}{'check':>10}",
     ]
@@ -230,6 +253,13 @@ def table(r: dict) -> str:
             f"{row['transformers_eager_ms']:>9.2f}{row['transformers_sdpa_ms']:>9.2f}"
             f"{row['transformers_eager_ms'] / row['day0_ms']:>12.2f}{row['check']:>10.2e}"
         )
+    for n in r.get("variants", []):
+        for row in r["rows"]:
+            v = row[f"artifact-terms{n}"]
+            lines.append(
+                f"  {n} terms: {row['side_px']}px day0 {v['day0_ms']:.2f} ms, eager/day0 "
+                f"{row['transformers_eager_ms'] / v['day0_ms']:.2f}, check {v['check']:.2e}"
+            )
     t = r["ttft"]
     lines.append(
         f"time to first token, one {t['side_px']}px image + {2 * TEXT} text tokens: day0 {t['day0_ms']:.2f} ms, "
