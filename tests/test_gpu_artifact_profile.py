@@ -54,3 +54,14 @@ def test_engine_profile_takes_a_moved_checkpoint(artifact, tmp_path):
     (moved / "manifest.json").write_text(json.dumps(manifest))
     out = run_engine(moved, ckpt, prompt=6, steps=1, device="local-task", top=1, batches=[1])
     assert out["engine_1"]["steps"] == 1
+
+
+def test_image_profile_encodes_one_image(glm5_vision_artifact, capsys):
+    """The --image form on the tiny vision artifact (CPU: no CUDA kernels in the profile, but the
+    image is decoded, preprocessed and encoded as on the GPU)."""
+    from day0.tools.bench.gpu_artifact_profile import run_image
+
+    out = run_image(glm5_vision_artifact, None, side=56, device="local-task", top=3)
+    r = out["image"]
+    assert r["side_px"] == 56 and r["image_tokens"] > 0 and r["wall_ms"] > 0
+    assert f"one 56px image ({r['image_tokens']} image tokens)" in capsys.readouterr().out

@@ -3,6 +3,7 @@ during one prefill and a few decode steps of a day0 artifact, grouped by kernel 
 
     python -m day0.tools.bench.gpu_artifact_profile ARTIFACT --checkpoint CKPT [--prompt N] [--steps N]
     python -m day0.tools.bench.gpu_artifact_profile ARTIFACT --checkpoint CKPT --engine 64,16,1 [--prompt N]
+    python -m day0.tools.bench.gpu_artifact_profile ARTIFACT --checkpoint CKPT --image 1024
 
 GPU host (torch with CUDA, the iree runtime wheel). Prints, per phase, the wall time, the kernel
 count and device time, the GPU's busy time within the span of its kernels (busy well below the
@@ -10,7 +11,9 @@ span: the GPU waits on the host), and the kernels by total device time; --json w
 --engine profiles an artifact with paged entry points instead: one 512-token prompt chunk of one
 sequence (`paged_prefill`), then Engine steps at each number of running sequences (largest
 first, aborting down), filled as the `engine` bench piece fills them (4 prompts run, the rest
-copies: tools/bench/bench_gpu_engine.py).
+copies: tools/bench/bench_gpu_engine.py). --image profiles the vision tower instead: one
+Session.image_features call on a SIDE×SIDE image (bench_gpu_vision.image_png; preprocessing on
+the host is in the wall time, not in the device time).
 """
 
 import argparse
@@ -160,6 +163,25 @@ def run(artifact: Path, checkpoint: Path | None, prompt: int, steps: int, device
     return out
 
 
+def run_image(artifact: Path, checkpoint: Path | None, side: int, device: str, top: int) -> dict:
+    """The profile of one image through the vision tower (module docstring)."""
+    from day0.runtime.session import Session
+    from day0.tools.bench.bench_gpu_vision import image_png
+
+    s = Session.load(artifact, device=device, verify=False, checkpoint_dir=checkpoint)
+    png = image_png(side)
+    features = s.image_features([png])  # warm: allocates
+    r = _profile(lambda: s.image_features([png]))
+    r.update(side_px=side, image_tokens=int(features.shape[0]))
+    print(
+        f"one {side}px image ({r['image_tokens']} image tokens): wall {r['wall_ms']} ms; {r['launches']} kernels, "
+        f"{r['device_ms']} ms on the device; GPU busy {r['busy_ms']} of a {r['span_ms']} ms span"
+    )
+    for k in r["kernels"][:top]:
+        print(f"  {k['us']:>10.1f} µs {k['launches']:>6}  {k['kernel'][:90]}")
+    return {"image": r}
+
+
 def run_engine(
     artifact: Path,
     checkpoint: Path | None,
@@ -238,13 +260,16 @@ def main(argv=None) -> int:
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--json", default=None)
     p.add_argument("--engine", default=None, help="comma-separated numbers of running sequences")
+    p.add_argument("--image", type=int, default=None, help="profile the vision tower on an image of this side (px)")
     p.add_argument("--no-lookahead", action="store_true", help="the Engine runs each step to its end")
     p.add_argument("--trace", action="store_true", help="time the Engine's host phases too (the json's timeline)")
     a = p.parse_args(argv)
     ckpt = Path(a.checkpoint) if a.checkpoint else None
     if a.trace:
         _traced()
-    if a.engine:
+    if a.image:
+        res = run_image(Path(a.artifact), ckpt, a.image, a.device, a.top)
+    elif a.engine:
         batches = [int(b) for b in a.engine.split(",")]
         res = run_engine(Path(a.artifact), ckpt, a.prompt, a.steps, a.device, a.top, batches, not a.no_lookahead)
     else:
