@@ -11,7 +11,8 @@ block table (runtime/blocks.py) maps its positions to blocks. Per-sequence state
 state and conv tails) lives in slots, one per running sequence. Both counts are chosen here, at
 load: at most `max_running` sequences run at once (default: the largest compiled batch), each
 with a slot; the pools get `num_blocks` blocks, or as many as `memory_bytes` holds beside the
-slots, or by default enough for each running sequence to reach max_seq_len.
+slots, or by default enough for each running sequence to reach max_seq_len, within
+DEFAULT_MEMORY_BYTES. The Engine logs its pools' plan at load (runtime/memory_plan.py).
 
 Requests are of a kind, "text" or "image" (image-bearing: their prefill also runs the vision
 tower), and each kind waits in its own queue, so that neither kind stalls the other.
@@ -68,6 +69,7 @@ it. A request finishes at max_new_tokens ("length"), at a stop token ("stop"), b
 from __future__ import annotations
 
 import itertools
+import logging
 import weakref
 from dataclasses import dataclass, field
 
@@ -77,6 +79,7 @@ from day0.runtime.artifact import NON_FINITE_TOKEN, PAGED_IMAGE_PREFILL, Manifes
 from day0.runtime.blocks import SCRATCH_BLOCK, BlockPool
 from day0.runtime.image_prompt import ImagePrompt, ImagePrompts, image_list
 from day0.runtime.loading import open_artifact, token_ids
+from day0.runtime.memory_plan import memory_plan, size
 from day0.runtime.sampling import logprobs, make_rng, sample, validate_sampling
 from day0.runtime.state_file import np_dtype
 from day0.runtime.step_call import PagedCaller, Pending, StepCaller
@@ -84,6 +87,11 @@ from day0.runtime.step_call import PagedCaller, Pending, StepCaller
 SCRATCH_SLOT = 0  # the slot padding rows of a batched step use; never a sequence's
 KINDS = ("text", "image")  # request kinds, each with its own waiting queue
 MAX_LOGPROBS = 20  # the most alternatives a request may ask for per token
+# the pools' bytes when Engine.load is given neither num_blocks nor memory_bytes, at most: every
+# running sequence at max_seq_len if that fits, else as many blocks as this holds (a 1M-position
+# artifact with 64 sequences would otherwise ask for 64M positions of cache at load)
+DEFAULT_MEMORY_BYTES = 16 << 30
+log = logging.getLogger("day0.engine")
 DEFAULT_CHUNK = 64  # prompt tokens a step, for an artifact without a static prompt chunk
 
 
@@ -189,6 +197,20 @@ class Engine:
         self.static_chunk = manifest.paged_prefill_chunk  # C, or 0: none
         self.chunk = chunk or self.static_chunk or DEFAULT_CHUNK
         self.blocks = BlockPool(num_blocks, self.layout.block_size)
+        self.memory = memory_plan(self.layout, manifest.max_seq_len)
+        pool = num_blocks * self.layout.block_bytes + (max_running + 1) * self.layout.slot_bytes
+        log.info(
+            "cache pools: %d blocks of %d positions (%s with %d slots): %s B a token across layers, "
+            "one context of up to %d tokens, %d sequences of max_seq_len %d at once",
+            num_blocks,
+            self.layout.block_size,
+            size(pool),
+            max_running,
+            f"{self.memory.bytes_per_token:g}",
+            self.memory.longest_context(pool),
+            min(self.memory.sequences_fitting(pool, manifest.max_seq_len), max_running),
+            manifest.max_seq_len,
+        )
         self.vocab_size, self.max_seq_len = manifest.vocab_size, manifest.max_seq_len
         self.eos_token_ids = manifest.eos_token_ids
         # the pools, then the slot tensors (slot 0: scratch), as the entry points take them
@@ -237,7 +259,7 @@ class Engine:
         """Load an artifact compiled with --max-batch. At most `max_running` sequences run at
         once (default: the largest compiled batch); the pools get `num_blocks` blocks, or as many
         as `memory_bytes` holds beside the running sequences' slots, or (neither) enough for each
-        running sequence to reach max_seq_len. `chunk`: the most prompt tokens one step runs
+        running sequence to reach max_seq_len within DEFAULT_MEMORY_BYTES. `chunk`: the most prompt tokens one step runs
         (default: the artifact's static prompt chunk, else DEFAULT_CHUNK). `lookahead`: submit
         the next step's decode before reading this one's (module docstring); False runs every
         step to its end before the next begins (the same tokens, later). `evict_images`: once an
@@ -308,7 +330,8 @@ class Engine:
         if blocks > self.blocks.capacity:
             raise EngineError(
                 f"request needs {blocks} blocks of {self.layout.block_size} positions, more than the whole "
-                f"pool's {self.blocks.capacity} (load the Engine with more blocks)"
+                f"pool's {self.blocks.capacity} (load the Engine with more: memory_bytes or num_blocks; day0 serve "
+                f"--kv-memory or --num-blocks)"
             )
         self._waiting[kind].append(seq)
         return seq.id
@@ -619,7 +642,8 @@ def _block_count(manifest: Manifest, num_blocks: int | None, memory_bytes: int |
                 f"(a scratch block and one for a sequence)"
             )
     elif num_blocks is None:
-        num_blocks = running * paged.max_blocks + 1
+        held = max(DEFAULT_MEMORY_BYTES - (running + 1) * paged.slot_bytes, 0) // paged.block_bytes
+        num_blocks = max(min(running * paged.max_blocks + 1, held), 2)
     elif isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 2:
         raise EngineError(f"num_blocks must be an integer >= 2 (a scratch block and one more), got {num_blocks!r}")
     return num_blocks

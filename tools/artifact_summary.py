@@ -6,6 +6,8 @@ summary_json(manifest)       the same facts as JSON (`--json`), for scripts
 
 from pathlib import Path
 
+from day0.runtime.memory_plan import memory_plan, size
+
 # config.json fields that say how big a model is, shown when the checkpoint has them
 _SIZE_FIELDS = (
     "num_hidden_layers",
@@ -18,9 +20,10 @@ _SIZE_FIELDS = (
 )
 
 
-def summary_json(m) -> dict:
+def summary_json(m, memory: int | None = None) -> dict:
     """The manifest's facts (runtime.artifact.Manifest) as a JSON-able dict; `vision` only for an
-    artifact with a vision tower."""
+    artifact with a vision tower; `memory`: the paged state's plan (runtime/memory_plan.py), with
+    what fits in `memory` bytes when given."""
     out = {
         "architecture": m.architecture,
         "target": m.target,
@@ -46,6 +49,7 @@ def summary_json(m) -> dict:
             "batch_sizes": list(m.paged.batch_sizes),
             "block_bytes": m.paged.block_bytes,
             "slot_bytes": m.paged.slot_bytes,
+            "memory": memory_plan(m.paged, m.max_seq_len).to_json(memory),
         },
         "parameters": {
             "base_dir": m.parameters.base_dir,
@@ -69,15 +73,6 @@ def summary_json(m) -> dict:
     return out
 
 
-def size(n: int) -> str:
-    """Bytes in the largest binary unit that keeps the number >= 1 (`1.5 MiB`)."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
-
-
 def _entry(name: str, e) -> str:
     if e.static_len:
         return f"{name} (exactly {e.static_len} tokens)"
@@ -86,8 +81,9 @@ def _entry(name: str, e) -> str:
     return f"{name} (1 token)" if name == "decode" else name
 
 
-def summary_text(artifact_dir: Path, m) -> str:
-    """The manifest (runtime.artifact.Manifest) of the artifact at artifact_dir, for reading."""
+def summary_text(artifact_dir: Path, m, memory: int | None = None) -> str:
+    """The manifest (runtime.artifact.Manifest) of the artifact at artifact_dir, for reading;
+    `memory`: a device budget in bytes the paged state's plan is shown against."""
     shape = ", ".join(f"{k} {m.config[k]}" for k in _SIZE_FIELDS if k in m.config)
     lines = [
         f"artifact      {artifact_dir} (format {m.format_version})",
@@ -123,6 +119,10 @@ def summary_text(artifact_dir: Path, m) -> str:
                 else ""
             )
         )
+        plan = memory_plan(pg, m.max_seq_len).lines(memory)
+        lines += [f"{'memory' if i == 0 else '':<14}{line}" for i, line in enumerate(plan)]
+        if memory is None:
+            lines.append(f"{'':<14}(--memory SIZE, e.g. 80GiB: how many sequences and how long a context fit)")
     if m.vision is not None:
         v = m.vision
         lines.append(

@@ -15,6 +15,8 @@ import signal
 import sys
 from pathlib import Path
 
+from day0.runtime.memory_plan import size_arg
+
 # --prompt-ids: token ids separated by commas and/or whitespace ("1,2,3", "1, 2, 3", "1 2 3")
 _ID_SEPARATOR = re.compile(r"\s*,\s*|\s+")
 _ID = re.compile(r"[0-9]+")
@@ -208,7 +210,9 @@ def cmd_inspect(a) -> int:
         m = read_manifest(Path(a.artifact), verify=not a.no_verify, checkpoint_dir=a.checkpoint_dir)
     except WeightsError as e:
         raise ArtifactError(_moved_hint(e, a)) from None
-    print(json.dumps(summary_json(m), indent=2) if a.json else summary_text(Path(a.artifact), m))
+    if a.memory is not None and m.paged is None:
+        raise ArtifactError(f"--memory: {a.artifact} has no paged state (compile it with --max-batch)")
+    print(json.dumps(summary_json(m, a.memory), indent=2) if a.json else summary_text(Path(a.artifact), m, a.memory))
     return 0
 
 
@@ -370,6 +374,14 @@ def parser() -> argparse.ArgumentParser:
     i.add_argument("--no-verify", action="store_true", help="skip the hash checks")
     i.add_argument("--json", action="store_true", help="print the summary as JSON")
     i.add_argument("--checkpoint-dir", default=None, help=_CHECKPOINT_DIR_HELP)
+    i.add_argument(
+        "--memory",
+        type=size_arg,
+        default=None,
+        metavar="SIZE",
+        help="device memory for the paged caches (80GiB, 141GB, bytes): how many sequences of each length "
+        "and how long one context fit",
+    )
     i.set_defaults(run=cmd_inspect)
 
     q = sub.add_parser("quantize", help="write a copy of a checkpoint with its routed experts in MXFP4")

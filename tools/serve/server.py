@@ -16,6 +16,8 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from day0.runtime.memory_plan import size_arg
+
 log = logging.getLogger("day0.runtime")
 
 
@@ -120,9 +122,11 @@ def add_arguments(
     )
     p.add_argument(
         "--kv-memory",
-        type=int,
+        type=size_arg,
         default=None,
-        help="bytes for the paged caches (default: every running sequence can reach max_seq_len)",
+        metavar="SIZE",
+        help="device memory for the paged caches (80GiB, 141GB, bytes; default: every running sequence can "
+        "reach max_seq_len, within 16 GiB)",
     )
     p.add_argument("--num-blocks", type=int, default=None, help="cache blocks in the pool (instead of --kv-memory)")
     p.add_argument(
