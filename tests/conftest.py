@@ -71,6 +71,26 @@ def artifact(workdir):
     return get
 
 
+LONG, LONG_BLOCK = 65536, 16  # the long artifacts' max_seq_len and block size
+
+
+@pytest.fixture(scope="session")
+def long_artifact(workdir):
+    """A parity checkpoint compiled once a run with max_seq_len 65,536, blocks of 16 positions and
+    batched decode for up to 3 sequences (tests/test_long_context.py)."""
+    from day0.lowering.driver import BuildOptions, compile_checkpoint
+
+    def get(name: str) -> Path:
+        path = workdir / f"artifact-{name}-64k"
+        with once(workdir, path.name):
+            if not path.exists():
+                options = BuildOptions(max_seq_len=LONG, max_batch=3, block_size=LONG_BLOCK)
+                compile_checkpoint(shared_checkpoint(workdir, name), path, options, progress=lambda *_: None)
+        return path
+
+    return get
+
+
 @pytest.fixture(scope="session")
 def reference(workdir):
     cache = {}

@@ -1,0 +1,79 @@
+"""Long-context artifacts on the CPU (issue 18): tiny configs compiled for 65,536 positions run
+through the Engine's paged state, which holds only the blocks a sequence fills. Against
+transformers at a few thousand tokens (teacher-forced logits along the generated path, greedy
+tokens), against the short artifact at short lengths, and at the very end of max_seq_len."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from day0.runtime.engine import Engine, EngineError
+from day0.runtime.session import Session, SessionError
+
+sys.path.insert(0, str(Path(__file__).parent))
+from parity_configs import rel_err  # noqa: E402
+
+TOL = 1e-3  # the parity tests' (tests/test_parity.py)
+
+
+def _run(engine: Engine, prompts: list[list[int]], new: int) -> tuple[list[list[int]], list[np.ndarray]]:
+    """Greedy tokens and kept logits of each prompt, all added at once, stepped to the end; the
+    blocks in use checked against each sequence's own length along the way."""
+    rids = [engine.add(p, max_new_tokens=new, stop=(), keep_logits=True) for p in prompts]
+    tokens, logits = {r: [] for r in rids}, {r: [] for r in rids}
+    while engine.has_work():
+        for r, prog in engine.step().items():
+            tokens[r] += prog.tokens
+            logits[r] += prog.logits
+        running = sum(engine.blocks.blocks_for(len(p) + new - 1) for p, r in zip(prompts, rids) if engine.phase(r))
+        assert engine.counters()["blocks_used"] == running
+    return [tokens[r] for r in rids], [np.stack(logits[r]) for r in rids]
+
+
+@pytest.mark.parametrize("name", ["ds-sparse", "glm-base"])
+def test_a_few_thousand_tokens_match_transformers(long_artifact, reference, name):
+    """A 3,000-token prompt and 8 greedy tokens in the 64K artifact (deepseek_v32; glm5_next with
+    its KDA state in a slot and k-pooled DSA): logits within the parity tolerance of transformers'
+    along the same tokens, the same greedy tokens."""
+    ref = reference(name)
+    prompt = np.random.default_rng(0).integers(0, ref.config.vocab_size, 3000).tolist()
+    engine = Engine.load(long_artifact(name), num_blocks=400, max_running=1)  # 6,400 positions
+    assert engine.max_seq_len == 65536 and engine.layout.block_size == 16
+    (tokens,), (got,) = _run(engine, [prompt], 8)
+    with torch.no_grad():
+        want = ref(torch.tensor([prompt + tokens[:-1]]), use_cache=False).logits[0]
+    assert got.shape == tuple(want.shape)
+    assert rel_err(got, want) < TOL
+    assert tokens == [int(want[i].argmax()) for i in range(len(prompt) - 1, want.shape[0])]
+
+
+def test_short_sequences_give_what_the_short_artifact_gives(long_artifact, artifact):
+    """Three sequences at once in the 64K artifact equal each alone through the 64-position
+    artifact's Session (max_seq_len changes no result)."""
+    rng = np.random.default_rng(1)
+    prompts = [rng.integers(0, 100, n).tolist() for n in (5, 19, 33)]
+    tokens, logits = _run(Engine.load(long_artifact("ds-sparse")), prompts, 6)
+    for prompt, toks, got in zip(prompts, tokens, logits):
+        s = Session.load(artifact("ds-sparse"))
+        want = np.concatenate([s.prefill(prompt)] + [s.decode(t)[None] for t in toks[:-1]])
+        assert rel_err(got, want) < 1e-5
+        assert toks == Session.load(artifact("ds-sparse")).generate(prompt, max_new_tokens=6, stop_at_eos=False)
+
+
+def test_the_last_position(artifact):
+    """A prompt of max_seq_len - 1 tokens prefills and decodes one token (two new tokens, the
+    last position filled); one token more is refused with the numbers, by the Engine and Session."""
+    art = artifact("ds-sparse")
+    n = Session.load(art).max_seq_len
+    prompt = np.random.default_rng(2).integers(0, 100, n - 1).tolist()
+    want = Session.load(art).generate(prompt, max_new_tokens=2, stop_at_eos=False)
+    engine = Engine.load(art)
+    (tokens,), _ = _run(engine, [prompt], 2)
+    assert tokens == want and len(want) == 2
+    with pytest.raises(EngineError, match=rf"needs {n + 1} positions, more than the artifact's max_seq_len {n}"):
+        engine.add(prompt + [7], max_new_tokens=2)
+    with pytest.raises(SessionError, match=rf"needs {n + 1} positions, more than max_seq_len {n}"):
+        Session.load(art).generate(prompt + [7], max_new_tokens=2)
