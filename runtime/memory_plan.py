@@ -106,7 +106,8 @@ class MemoryPlan:
     def lines(self, budget: int | None = None) -> list[str]:
         """The plan for reading (`day0 inspect`): one line per cache kind, then per length."""
         out = [
-            f"{c.kind:<14} {c.layers:>3} layers x {_num(c.bytes_per_token)} B a token a layer ({c.dtype})"
+            f"{c.kind:<14} {c.layers:>3} layer{'s' if c.layers != 1 else ' '} x {_num(c.bytes_per_token)} B a token a "
+            f"layer ({c.dtype})"
             for c in self.caches
         ]
         state = f"; a sequence also holds {size(self.slot_bytes)} of recurrent state" if self.slot_bytes else ""
