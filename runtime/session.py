@@ -37,6 +37,11 @@ decode, generate, their greedy forms) appends it first, so a conversation contin
 the caller saw. `position` counts the tokens in the state, not the pending one; save_state keeps
 it; reset drops it.
 
+The dense state is max_seq_len rows per cache, allocated at load, and a decode step scores all of
+them: on a long-context artifact (--max-seq-len 65536 and up) a step costs what max_seq_len
+costs, not what the sequence holds (docs/perf.md, 'Long context on the CPU'). The Engine's paged
+state holds a sequence's own blocks; `day0 generate` and `day0 serve` run through it.
+
 A Session serves one call at a time: a call made while another is running (another thread)
 is refused with a SessionError rather than interleaving two updates of one state. Logits that
 are not finite (NaN or infinity: bad weights or config) end the call with a SessionError.

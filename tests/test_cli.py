@@ -86,6 +86,23 @@ def test_generate_ids_with_sampling_seed(demo):
     assert 1 <= len(a) <= 6 and all(0 <= int(t) < 2048 for t in a)
 
 
+@pytest.mark.parametrize(
+    "sampling", [{}, {"temperature": 0.9, "top_k": 20, "top_p": 0.95, "seed": 1}, {"temperature": 1.2, "seed": 7}]
+)
+def test_generate_on_a_paged_artifact_gives_what_session_gives(demo, sampling):
+    """The demo artifact has paged entry points, so `generate` runs one request through an Engine
+    sized to it (tools/cli.py _generate_paged): the tokens are Session.generate's, greedy and
+    seeded sampling alike."""
+    from day0.runtime.session import Session
+
+    _, artifact, _ = demo
+    ids = [72, 101, 108, 32, 44]
+    want = Session.load(artifact).generate(ids, max_new_tokens=12, **sampling)
+    flags = [x for k, v in sampling.items() for x in (f"--{k.replace('_', '-')}", v)]
+    out = run("generate", artifact, "--prompt-ids", ",".join(map(str, ids)), "--max-new-tokens", 12, *flags).stdout
+    assert [int(t) for t in out.strip().split(",")] == want
+
+
 def test_generate_rejects_bad_values(demo):
     _, artifact, _ = demo
     r = run("generate", artifact, "--prompt-ids", "1,2", "--top-p", "0", check=False)

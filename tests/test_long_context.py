@@ -77,3 +77,18 @@ def test_the_last_position(artifact):
         engine.add(prompt + [7], max_new_tokens=2)
     with pytest.raises(SessionError, match=rf"needs {n + 1} positions, more than max_seq_len {n}"):
         Session.load(art).generate(prompt + [7], max_new_tokens=2)
+
+
+def test_generate_cli_on_the_long_artifact(long_artifact):
+    """`day0 generate` on the 64K artifact runs through an Engine sized to its request (not
+    Session's 65,536 dense rows): the tokens of the Engine run alone."""
+    import subprocess
+
+    art = long_artifact("ds-sparse")
+    prompt = np.random.default_rng(3).integers(0, 100, 1500).tolist()
+    (want,), _ = _run(Engine.load(art, num_blocks=200, max_running=1), [prompt], 6)
+    day0 = str(Path(sys.executable).parent / "day0")
+    args = [day0, "generate", str(art), "--prompt-ids", ",".join(map(str, prompt)), "--max-new-tokens", "6"]
+    r = subprocess.run(args, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert [int(t) for t in r.stdout.strip().split(",")] == want

@@ -134,17 +134,6 @@ def _check_generate_args(a) -> None:
         raise ArgumentError("--prompt is empty: give some text, or --prompt-ids")
 
 
-def _load_session(a):
-    """Session.load, whose missing-weights error says how to point at a moved checkpoint."""
-    from day0.runtime.artifact import ArtifactError, WeightsError
-    from day0.runtime.session import Session
-
-    try:
-        return Session.load(Path(a.artifact), device=a.device, checkpoint_dir=a.checkpoint_dir)
-    except WeightsError as e:
-        raise ArtifactError(_moved_hint(e, a)) from None
-
-
 def _moved_hint(e, a) -> str:
     """A WeightsError's message, with where the weights were looked for or how to say where they are."""
     if a.checkpoint_dir is not None:
@@ -160,7 +149,7 @@ def cmd_generate(a) -> int:
     _check_generate_args(a)
     if a.prompt_ids is not None:
         parse_ids(a.prompt_ids)  # its format checked before loading anything
-    session = _load_session(a)
+    manifest, vm = _open(a)
     tokenizer = load_tokenizer(Path(a.artifact))
     if a.prompt is not None:
         if tokenizer is None:
@@ -169,19 +158,17 @@ def cmd_generate(a) -> int:
         if not ids:
             raise ArgumentError(f"--prompt {a.prompt[:40]!r} encodes to no tokens")
     else:
-        ids = parse_ids(a.prompt_ids, session.vocab_size)
+        ids = parse_ids(a.prompt_ids, manifest.vocab_size)
     images = None
     if a.image:
-        images, ids = list(a.image), _image_placeholders(session, ids, len(a.image))
-    new = session.generate(
-        ids,
-        max_new_tokens=a.max_new_tokens,
-        temperature=a.temperature,
-        top_k=a.top_k,
-        top_p=a.top_p,
-        seed=a.seed,
-        images=images,
-    )
+        images, ids = list(a.image), _image_placeholders(manifest, ids, len(a.image))
+    sampling = dict(temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=a.seed, images=images)
+    if _paged_generate(manifest, images):
+        new = _generate_paged(a, manifest, vm, ids, sampling)
+    else:
+        from day0.runtime.session import Session
+
+        new = Session(Path(a.artifact), manifest, vm).generate(ids, max_new_tokens=a.max_new_tokens, **sampling)
     if tokenizer is not None and a.prompt is not None:
         print(a.prompt + tokenizer.decode(new))
     else:
@@ -189,17 +176,57 @@ def cmd_generate(a) -> int:
     return 0
 
 
-def _image_placeholders(session, ids: list[int], images: int) -> list[int]:
+def _open(a):
+    """open_artifact, whose missing-weights error says how to point at a moved checkpoint."""
+    from day0.runtime.artifact import ArtifactError, WeightsError
+    from day0.runtime.loading import open_artifact
+
+    try:
+        return open_artifact(Path(a.artifact), a.device, True, a.checkpoint_dir)
+    except WeightsError as e:
+        raise ArtifactError(_moved_hint(e, a)) from None
+
+
+def _paged_generate(manifest, images) -> bool:
+    """Whether `generate` runs through the Engine: an artifact with paged entry points (and the
+    paged image step, for images). Its pool then holds this request's blocks only, where
+    Session's dense state is max_seq_len rows, all read by every decode step (docs/perf.md,
+    'Long context on the CPU')."""
+    from day0.runtime.artifact import PAGED_IMAGE_PREFILL
+
+    return manifest.paged is not None and (not images or PAGED_IMAGE_PREFILL in manifest.entry_points)
+
+
+def _generate_paged(a, manifest, vm, ids: list[int], sampling: dict) -> list[int]:
+    """One request through an Engine whose pool is sized to it: the prompt (each image counted
+    at the tower's largest image) and the new tokens, at most max_seq_len, and the scratch block."""
+    from day0.runtime.engine import Engine
+
+    paged, v = manifest.paged, manifest.vision
+    n = len(ids) + a.max_new_tokens - 1
+    if sampling["images"]:
+        n += len(sampling["images"]) * (v.max_patches // v.merge_size**2 - 1)
+    blocks = -(-min(n, manifest.max_seq_len) // paged.block_size) + 1
+    engine = Engine(manifest, vm, blocks, None, None, max_running=1, artifact_dir=Path(a.artifact))
+    rid = engine.add(ids, max_new_tokens=a.max_new_tokens, **sampling)
+    new: list[int] = []
+    while engine.has_work():
+        progress = engine.step().get(rid)
+        new += progress.tokens if progress else []
+    return new
+
+
+def _image_placeholders(manifest, ids: list[int], images: int) -> list[int]:
     """ids with a placeholder for each --image: the prompt's own (`<|image|>` in --prompt, the
     image_token_id in --prompt-ids), else one per image before the prompt."""
-    if session.vision is None:
+    if manifest.vision is None:
         raise ArgumentError(
-            f"--image: this artifact ({session.manifest.architecture}) has no vision tower; compile a checkpoint "
+            f"--image: this artifact ({manifest.architecture}) has no vision tower; compile a checkpoint "
             f"with a vision_config to give images"
         )
-    if session.vision.image_token_id in ids:
-        return ids  # the Session checks that they are the images in number
-    return [session.vision.image_token_id] * images + list(ids)
+    if manifest.vision.image_token_id in ids:
+        return ids  # the Session or Engine checks that they are the images in number
+    return [manifest.vision.image_token_id] * images + list(ids)
 
 
 def cmd_inspect(a) -> int:
