@@ -11,8 +11,6 @@ from contextvars import ContextVar
 import torch
 from torch import Tensor
 
-from day0.lowering.kernel_geometry import VISION_HEAD_DIMS
-
 
 @torch.library.custom_op("day0::dsa_attention", mutates_args=())
 def dsa_attention(q: Tensor, kv: Tensor, indices: Tensor, scale: float, value_dim: int) -> Tensor:
@@ -61,6 +59,10 @@ def keeping(names):
         _KEPT.reset(token)
 
 
+# the head dims `vision_attention` is kept at (day0::vision_attention): those of the CUDA kernel's
+# entries, lowering/kernel_geometry.VISION_HEAD_DIMS (tests/test_export_kept_ops.py keeps them equal;
+# the frontend imports nothing from lowering/)
+VISION_HEAD_DIMS = (16, 32, 64, 128)
 EMPTY_SCORE = -1e30  # indexer_scores' score of an empty slot (a negative row)
 
 
@@ -126,7 +128,7 @@ def vision_attention(q: Tensor, k: Tensor, v: Tensor, segments: Tensor, scale: f
     i64, non-decreasing (each segment one run of patches: runtime/images.py) -> [P, H, D] f32,
     out[s, h] = softmax_t(scale · q[s, h]·k[t, h]) · v[t, h] over the t of s's segment.
     A target that keeps `vision_attention` gets `day0::vision_attention` where its kernel takes
-    the head dim (kernel_geometry.VISION_HEAD_DIMS); elsewhere the reference body, one masked
+    the head dim (VISION_HEAD_DIMS); elsewhere the reference body, one masked
     attention over all P patches (P² scores)."""
     if "vision_attention" in _KEPT.get() and q.shape[-1] in VISION_HEAD_DIMS:
         return torch.ops.day0.vision_attention(q, k, v, segments, scale)

@@ -123,3 +123,12 @@ def test_the_rows_form_is_the_gathered_form():
         want = ops.indexer_scores_reference(q[s : s + 1], pool[rows[s]], w[s : s + 1], 0.25)
         torch.testing.assert_close(got[s : s + 1], want, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(kept, got)
+
+
+def test_vision_attention_is_kept_at_the_kernels_head_dims():
+    """frontend/ops.py keeps day0::vision_attention at the head dims the CUDA kernel has entries for
+    (the frontend imports nothing from lowering/, so the two lists are kept equal here)."""
+    from day0.frontend import ops
+    from day0.lowering import kernel_geometry as kg
+
+    assert ops.VISION_HEAD_DIMS == kg.VISION_HEAD_DIMS

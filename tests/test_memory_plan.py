@@ -88,7 +88,7 @@ def test_inspect_prints_the_plan_against_a_budget(artifact):
     plan, m = _plan(art)
     r = _day0("inspect", art, "--memory", "1MiB")
     assert r.returncode == 0, r.stderr
-    assert f"mla_latent         {plan.caches[0].layers} layer  x" in r.stdout  # kl-base: one MLA layer
+    assert f"{'mla_latent':<14} {plan.caches[0].layers:>3} layer  x" in r.stdout  # kl-base: one MLA layer
     n = plan.sequences_fitting(1 << 20, m.max_seq_len)
     assert f"a sequence, {n} fit in 1.0 MiB" in r.stdout
     assert f"longest context in 1.0 MiB: {plan.longest_context(1 << 20)} tokens" in r.stdout

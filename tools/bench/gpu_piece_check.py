@@ -153,7 +153,7 @@ def gpu_pipeline(target, dsa, variant: str) -> tuple[str, tuple[str, ...]]:
     """(pass pipeline, ops export keeps whole) for the GPU side of a piece with `variant`."""
     from day0.lowering.targets import ROLES, _gather_tiles
 
-    dropped = {"": (), "bare": ("indexer", "router", "mxfp4", "dsa", "matmul"), "notopk": ()}.get(
+    dropped = {"": (), "bare": ("indexer", "router", "mxfp4", "dsa", "matmul", "vision"), "notopk": ()}.get(
         variant, (variant.removeprefix("no"),)
     )
     pipeline = target.pipeline(dsa, roles=tuple(r for r in ROLES if r not in dropped))
