@@ -79,7 +79,7 @@ from day0.runtime.artifact import NON_FINITE_TOKEN, PAGED_IMAGE_PREFILL, Manifes
 from day0.runtime.blocks import SCRATCH_BLOCK, BlockPool
 from day0.runtime.image_prompt import ImagePrompt, ImagePrompts, image_list
 from day0.runtime.loading import open_artifact, token_ids
-from day0.runtime.memory_plan import memory_plan, size
+from day0.runtime.memory_plan import memory_plan
 from day0.runtime.sampling import logprobs, make_rng, sample, validate_sampling
 from day0.runtime.state_file import np_dtype
 from day0.runtime.step_call import PagedCaller, Pending, StepCaller
@@ -200,16 +200,17 @@ class Engine:
         self.memory = memory_plan(self.layout, manifest.max_seq_len)
         pool = num_blocks * self.layout.block_bytes + (max_running + 1) * self.layout.slot_bytes
         log.info(
-            "cache pools: %d blocks of %d positions (%s with %d slots): %s B a token across layers, "
-            "one context of up to %d tokens, %d sequences of max_seq_len %d at once",
-            num_blocks,
-            self.layout.block_size,
-            size(pool),
-            max_running,
-            f"{self.memory.bytes_per_token:g}",
-            self.memory.longest_context(pool),
-            min(self.memory.sequences_fitting(pool, manifest.max_seq_len), max_running),
-            manifest.max_seq_len,
+            "cache pools",
+            extra={
+                "blocks": num_blocks,
+                "block_size": self.layout.block_size,
+                "pool_bytes": pool,
+                "slots": max_running,
+                "bytes_per_token": self.memory.bytes_per_token,
+                "longest_context": self.memory.longest_context(pool),
+                "max_seq_len": manifest.max_seq_len,
+                "sequences_at_max_seq_len": min(self.memory.sequences_fitting(pool, manifest.max_seq_len), max_running),
+            },
         )
         self.vocab_size, self.max_seq_len = manifest.vocab_size, manifest.max_seq_len
         self.eos_token_ids = manifest.eos_token_ids

@@ -71,7 +71,12 @@ def test_the_default_pool_stops_at_the_default_budget(artifact, monkeypatch, cap
     with caplog.at_level(logging.INFO, logger="day0.engine"):
         full = Engine.load(artifact("ds-sparse"), max_running=3)
     assert full.blocks.num_blocks == 3 * m.paged.max_blocks + 1
-    assert f"one context of up to {m.max_seq_len} tokens, 3 sequences of max_seq_len" in caplog.text
+    (record,) = [r for r in caplog.records if r.getMessage() == "cache pools"]
+    assert (record.blocks, record.longest_context, record.sequences_at_max_seq_len) == (full.blocks.num_blocks, 64, 3)
+    assert (
+        record.pool_bytes == full.blocks.num_blocks * m.paged.block_bytes
+        and record.bytes_per_token == m.paged.block_bytes / m.paged.block_size
+    )
     monkeypatch.setattr(engine_module, "DEFAULT_MEMORY_BYTES", 5 * plan.block_bytes)
     capped = Engine.load(artifact("ds-sparse"), max_running=3)
     assert capped.blocks.num_blocks == 5
