@@ -69,6 +69,16 @@ def _gather_tiles(dsa: DsaShape | None) -> str | None:
 
 
 @dataclass(frozen=True)
+class PassInputs:
+    """What a target's pass text may depend on (Target.pipeline): the model's DSA shape (None: no
+    DSA op) and the bf16 terms of the matmuls outside and inside the vision tower."""
+
+    dsa: DsaShape | None
+    matmul_terms: int
+    image_terms: int
+
+
+@dataclass(frozen=True)
 class Target:
     """One compilation target (see the module docstring).
 
@@ -83,9 +93,9 @@ class Target:
     device_flags: tuple[str, ...]
     opt_level: str
     codegen_flags: tuple[str, ...]
-    # (role, pass text, or a function of the model's DSA shape (None: no DSA op) giving the pass
-    # text or None to leave the pass out)
-    passes: tuple[tuple[str, str | Callable[[DsaShape | None], str | None]], ...]
+    # (role, pass text, or a function of the PassInputs giving the pass text, or None to leave the
+    # pass out)
+    passes: tuple[tuple[str, str | Callable[[PassInputs], str | None]], ...]
     kept_ops: tuple[str, ...] = ()  # day0 ops export keeps whole for this target's kernels
     # > 0: artifacts also get `prefill_chunk`, prefill at this static length, which Session runs
     # prompts through (lowering/driver.py); 0: prompts go through the dynamic-length prefill only.
@@ -130,12 +140,11 @@ class Target:
         `image_terms`: the bf16 terms of matmul-to-bf16-terms outside and inside the vision tower
         (the latter also vision-attention-to-cuda-kernel's, at most 2), where the target runs them
         (None: the target's)."""
-        terms = self.matmul_terms if matmul_terms is None else matmul_terms
-        tower = self.image_terms if image_terms is None else image_terms
-        options = {
-            "matmul-to-bf16-terms": f"{{terms={terms} image-terms={tower}}}",
-            "vision-attention-to-cuda-kernel": f"{{terms={min(tower, 2)}}}",
-        }
+        inputs = PassInputs(
+            dsa,
+            self.matmul_terms if matmul_terms is None else matmul_terms,
+            self.image_terms if image_terms is None else image_terms,
+        )
         unknown = set(roles or ()) - set(ROLES)
         if unknown:
             raise ValueError(f"unknown pass role(s) {', '.join(sorted(unknown))}; roles: {', '.join(ROLES)}")
@@ -144,9 +153,9 @@ class Target:
             if roles is not None and role not in roles:
                 continue
             if callable(p):
-                p = p(dsa)
+                p = p(inputs)
             if p is not None:
-                chosen.append(p + options.get(p, ""))
+                chosen.append(p)
         return f"builtin.module({','.join(chosen)})"
 
 
@@ -262,7 +271,7 @@ TARGETS: dict[str, Target] = {
             # topks over a shared causal mask; iree_linalg_ext.topk keeps the lower index on ties
             ("topk", "topk-to-linalg-ext"),
             ("mxfp4", "fuse-mxfp4-matmul"),
-            ("dsa", _gather_tiles),
+            ("dsa", lambda i: _gather_tiles(i.dsa)),
         ),
         images=True,
     ),
@@ -301,13 +310,13 @@ TARGETS: dict[str, Target] = {
             *_WEIGHTS,
             ("indexer", "indexer-scores-to-cuda-kernel"),
             ("router", "moe-route-to-cuda-kernel"),
-            ("topk", _radix_select),
+            ("topk", lambda i: _radix_select(i.dsa)),
             ("topk", "topk-to-linalg-ext"),
             ("mxfp4", "mxfp4-to-cuda-matvec"),
-            ("dsa", lambda dsa: None if dsa is None else "dsa-to-cuda-kernel"),
-            ("vision", "vision-attention-to-cuda-kernel"),
+            ("dsa", lambda i: None if i.dsa is None else "dsa-to-cuda-kernel"),
+            ("vision", lambda i: f"vision-attention-to-cuda-kernel{{terms={min(i.image_terms, 2)}}}"),
             ("matmul", "matmul-to-cuda-linear"),
-            ("matmul", "matmul-to-bf16-terms"),
+            ("matmul", lambda i: f"matmul-to-bf16-terms{{terms={i.matmul_terms} image-terms={i.image_terms}}}"),
             ("fusion", "materialize-to-barrier"),
         ),
         kept_ops=("indexer_scores", "moe_route", "materialize", "vision_attention"),
