@@ -306,6 +306,30 @@ class Session:
         return self._images.features(self._caller, p.pixels, p.grid)
 
     @_exclusive
+    def encode_pixels(self, pixels, grid) -> np.ndarray:
+        """The vision tower's features [N, hidden] f32 of images already preprocessed
+        (runtime/images.py preprocess: pixel values [patches, patch_dim] f32, grids [images, 3] of
+        (t, h, w) patches): image_features without decoding and preprocessing on the host (what
+        a benchmark of the device's part times). The state is untouched."""
+        if self.vision is None:
+            raise SessionError(f"this artifact ({self.manifest.architecture}) has no vision tower")
+        pixels, grid = np.asarray(pixels, dtype=np.float32), np.asarray(grid)
+        if pixels.ndim != 2 or pixels.shape[1] != self.vision.patch_dim:
+            raise SessionError(f"pixels must be [patches, {self.vision.patch_dim}], got {list(pixels.shape)}")
+        if grid.ndim != 2 or grid.shape[1] != 3 or not grid.size or grid.min() < 1:
+            raise SessionError(f"grid must be [images, 3] of positive (t, h, w), got {grid.tolist()}")
+        patches = grid.prod(axis=1)
+        if int(patches.sum()) != pixels.shape[0]:
+            raise SessionError(f"grid holds {int(patches.sum())} patches, pixels {pixels.shape[0]}")
+        m2 = self.vision.merge_size**2
+        if (patches % m2).any() or int(patches.max()) > self.vision.max_patches:
+            raise SessionError(
+                f"each image's patches must be a multiple of {m2} and at most max_patches "
+                f"{self.vision.max_patches}, got {patches.tolist()}"
+            )
+        return self._images.features(self._caller, pixels, grid.astype(np.int64))
+
+    @_exclusive
     def image_prompt(self, ids, images) -> list[int]:
         """The ids `prefill(ids, images)` would append: each image placeholder expanded to its
         image's token count (the images are decoded and preprocessed, not encoded)."""

@@ -183,6 +183,22 @@ def test_encode_image_equals_transformers_vision_model(session, oracle, tmp_path
     err = rel_err(got, want)
     print(f"encode_image: {got.shape[0]} feature rows, max rel err {err:.2e}")
     assert err < FEATURE_TOL
+    # the same features from the preprocessed pixels (Session.encode_pixels: what benchmarks time)
+    assert np.array_equal(session.encode_pixels(pixels, grid), got)
+
+
+def test_encode_pixels_names_bad_shapes(session):
+    v = session.vision
+    pixels, grid = np.zeros((16, v.patch_dim), np.float32), np.array([[1, 4, 4]])
+    assert session.encode_pixels(pixels, grid).shape[0] == 16 // v.merge_size**2
+    for bad_pixels, bad_grid, message in [
+        (pixels[:, :-1], grid, rf"pixels must be \[patches, {v.patch_dim}\], got \[16, {v.patch_dim - 1}\]"),
+        (pixels, [[1, 4, 2]], r"grid holds 8 patches, pixels 16"),
+        (pixels, [[1, 4]], r"grid must be \[images, 3\]"),
+        (pixels[:6], [[1, 2, 3]], r"a multiple of 4 and at most max_patches"),
+    ]:
+        with pytest.raises(SessionError, match=message):
+            session.encode_pixels(bad_pixels, bad_grid)
 
 
 def test_manifest_and_artifact_files(art, ckpt):

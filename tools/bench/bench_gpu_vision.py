@@ -124,7 +124,7 @@ def variants(target: str) -> list[int]:
     from day0.lowering.targets import get_target
 
     t = get_target(target)
-    runs = any(p == "vision-attention-to-cuda-kernel" for _, p in t.passes)
+    runs = any(role == "vision" for role, _ in t.passes)  # the tower's attention on day0's kernel
     return [2] if runs and t.image_terms < 2 else []
 
 
@@ -188,11 +188,8 @@ def run(pkg: Path, spec_all: dict, device: str) -> dict:
             want = want.pooler_output.float().cpu().numpy()
             row = {"side_px": side, "patches": int(pixels.shape[0])}
             for name, sess in sessions.items():
-                enc = sess._images  # noqa: SLF001 (the encode after preprocessing, as Session.image_features runs it)
-                got = enc.features(sess._caller, pixels, grid)  # noqa: SLF001 (also the warm-up)
-                ms = _timed(
-                    lambda e=enc, c=sess._caller, p=pixels, g=grid: e.features(c, p, g), spec["repeats"], sync, False
-                )  # noqa: SLF001
+                got = sess.encode_pixels(pixels, grid)  # also the warm-up
+                ms = _timed(lambda s=sess, p=pixels, g=grid: s.encode_pixels(p, g), spec["repeats"], sync, False)
                 check = float(np.abs(got - want).max() / np.abs(want).max())
                 if name == "artifact":
                     row.update(image_tokens=int(got.shape[0]), day0_ms=ms * 1e3, check=check)
