@@ -71,8 +71,9 @@ class MemoryPlan:
         return self.blocks_for(length) * self.block_bytes + self.slot_bytes
 
     def sequences_fitting(self, budget: int, length: int) -> int:
-        """How many sequences of `length` positions run at once within `budget` bytes (0 if
-        `length` is past max_seq_len)."""
+        """How many sequences of `length` positions `budget` bytes hold at once (0 if `length` is
+        past max_seq_len). Memory only: how many run together is also capped by the Engine's
+        max_running (the largest compiled batch by default)."""
         if length > self.max_seq_len:
             return 0
         room = budget - self.block_bytes - self.slot_bytes  # the scratch block and slot
