@@ -33,11 +33,13 @@ def _run(engine: Engine, prompts: list[list[int]], new: int) -> tuple[list[list[
     return [tokens[r] for r in rids], [np.stack(logits[r]) for r in rids]
 
 
-@pytest.mark.parametrize("name", ["ds-sparse", "glm-base"])
+@pytest.mark.parametrize("name", ["ds-sparse"])
 def test_a_few_thousand_tokens_match_transformers(long_artifact, reference, name):
-    """A 3,000-token prompt and 8 greedy tokens in the 64K artifact (deepseek_v32; glm5_next with
-    its KDA state in a slot and k-pooled DSA): logits within the parity tolerance of transformers'
-    along the same tokens, the same greedy tokens."""
+    """A 3,000-token prompt and 8 greedy tokens in the 64K artifact: logits within the parity
+    tolerance of transformers' along the same tokens, the same greedy tokens. (glm-base and
+    kl-base, KDA state in slots, agree the same way at 64K and 1M (docs/perf.md, 'Long context on
+    the CPU'); each 64K compile costs 50-80 s of the suite's 2-core budget, so deepseek_v32 alone
+    runs here.)"""
     ref = reference(name)
     prompt = np.random.default_rng(0).integers(0, ref.config.vocab_size, 3000).tolist()
     engine = Engine.load(long_artifact(name), num_blocks=400, max_running=1)  # 6,400 positions
