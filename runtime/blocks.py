@@ -25,6 +25,11 @@ class BlockPoolError(ValueError):
     pass
 
 
+def blocks_for(positions: int, block_size: int) -> int:
+    """Blocks of `block_size` positions holding `positions` positions."""
+    return -(-positions // block_size)
+
+
 class BlockPool:
     def __init__(self, num_blocks: int, block_size: int):
         if not isinstance(block_size, int) or block_size < 1:
@@ -52,7 +57,7 @@ class BlockPool:
 
     def blocks_for(self, positions: int) -> int:
         """Blocks holding `positions` positions."""
-        return -(-positions // self.block_size)
+        return blocks_for(positions, self.block_size)
 
     def can_reserve(self, seq: Hashable, positions: int) -> bool:
         """Whether `seq` can grow to `positions` positions with the blocks free now."""

@@ -12,7 +12,8 @@ state and conv tails) lives in slots, one per running sequence. Both counts are 
 load: at most `max_running` sequences run at once (default: the largest compiled batch), each
 with a slot; the pools get `num_blocks` blocks, or as many as `memory_bytes` holds beside the
 slots, or by default enough for each running sequence to reach max_seq_len, within
-DEFAULT_MEMORY_BYTES. The Engine logs its pools' plan at load (runtime/memory_plan.py).
+DEFAULT_MEMORY_BYTES. The Engine logs its pools at load (`cache pools`: what they hold; the
+plan of any budget: runtime/memory_plan.py).
 
 Requests are of a kind, "text" or "image" (image-bearing: their prefill also runs the vision
 tower), and each kind waits in its own queue, so that neither kind stalls the other.
@@ -79,7 +80,6 @@ from day0.runtime.artifact import NON_FINITE_TOKEN, PAGED_IMAGE_PREFILL, Manifes
 from day0.runtime.blocks import SCRATCH_BLOCK, BlockPool
 from day0.runtime.image_prompt import ImagePrompt, ImagePrompts, image_list
 from day0.runtime.loading import open_artifact, token_ids
-from day0.runtime.memory_plan import memory_plan
 from day0.runtime.sampling import logprobs, make_rng, sample, validate_sampling
 from day0.runtime.state_file import np_dtype
 from day0.runtime.step_call import PagedCaller, Pending, StepCaller
@@ -197,19 +197,21 @@ class Engine:
         self.static_chunk = manifest.paged_prefill_chunk  # C, or 0: none
         self.chunk = chunk or self.static_chunk or DEFAULT_CHUNK
         self.blocks = BlockPool(num_blocks, self.layout.block_size)
-        self.memory = memory_plan(self.layout, manifest.max_seq_len)
-        pool = num_blocks * self.layout.block_bytes + (max_running + 1) * self.layout.slot_bytes
+        pool_bytes = num_blocks * self.layout.block_bytes + (max_running + 1) * self.layout.slot_bytes
+        longest = min(self.blocks.capacity * self.layout.block_size, manifest.max_seq_len)
         log.info(
             "cache pools",
             extra={
                 "blocks": num_blocks,
                 "block_size": self.layout.block_size,
-                "pool_bytes": pool,
+                "pool_bytes": pool_bytes,
                 "slots": max_running,
-                "bytes_per_token": self.memory.bytes_per_token,
-                "longest_context": self.memory.longest_context(pool),
+                "bytes_per_token": self.layout.block_bytes / self.layout.block_size,
+                "longest_context": longest,
                 "max_seq_len": manifest.max_seq_len,
-                "sequences_at_max_seq_len": min(self.memory.sequences_fitting(pool, manifest.max_seq_len), max_running),
+                "sequences_at_max_seq_len": min(
+                    self.blocks.capacity // self.blocks.blocks_for(manifest.max_seq_len), max_running
+                ),
             },
         )
         self.vocab_size, self.max_seq_len = manifest.vocab_size, manifest.max_seq_len
@@ -629,13 +631,17 @@ class Engine:
 
 def _block_count(manifest: Manifest, num_blocks: int | None, memory_bytes: int | None, running: int) -> int:
     paged = manifest.paged
+
+    def held(budget: int) -> int:
+        """Blocks `budget` bytes hold beside the running sequences' slots and the scratch slot."""
+        return max(budget - (running + 1) * paged.slot_bytes, 0) // paged.block_bytes
+
     if num_blocks is not None and memory_bytes is not None:
         raise EngineError("give num_blocks or memory_bytes, not both")
     if memory_bytes is not None:
         if isinstance(memory_bytes, bool) or not isinstance(memory_bytes, int) or memory_bytes < 0:
             raise EngineError(f"memory_bytes must be an integer >= 0, got {memory_bytes!r}")
-        slots = (running + 1) * paged.slot_bytes
-        num_blocks = max(memory_bytes - slots, 0) // paged.block_bytes
+        num_blocks = held(memory_bytes)
         if num_blocks < 2:
             raise EngineError(
                 f"memory_bytes {memory_bytes} holds {num_blocks} blocks of {paged.block_bytes} bytes beside "
@@ -643,8 +649,7 @@ def _block_count(manifest: Manifest, num_blocks: int | None, memory_bytes: int |
                 f"(a scratch block and one for a sequence)"
             )
     elif num_blocks is None:
-        held = max(DEFAULT_MEMORY_BYTES - (running + 1) * paged.slot_bytes, 0) // paged.block_bytes
-        num_blocks = max(min(running * paged.max_blocks + 1, held), 2)
+        num_blocks = max(min(running * paged.max_blocks + 1, held(DEFAULT_MEMORY_BYTES)), 2)
     elif isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 2:
         raise EngineError(f"num_blocks must be an integer >= 2 (a scratch block and one more), got {num_blocks!r}")
     return num_blocks

@@ -1,7 +1,7 @@
 """What a paged artifact's state costs: bytes per token per layer for each cache kind, what one
 sequence of a given length holds, the longest context a memory budget allows and how many
-sequences of a given length fit in it. `day0 inspect --memory SIZE` prints it; the Engine logs
-its own pool's at load (logger `day0.engine`).
+sequences of a given length fit in it. `day0 inspect --memory SIZE` prints it (the Engine logs
+what its own pools hold at load: `cache pools`, logger `day0.engine`).
 
 The accounting is the Engine's (runtime/engine.py `_block_count`): a budget holds the running
 sequences' slots (recurrent state of a fixed size, one per running sequence plus a scratch slot)
@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+from day0.runtime.blocks import blocks_for
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _UNITS.update({"kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12})
@@ -64,7 +66,7 @@ class MemoryPlan:
         return self.block_bytes / self.block_size
 
     def blocks_for(self, length: int) -> int:
-        return -(-length // self.block_size)
+        return blocks_for(length, self.block_size)
 
     def sequence_bytes(self, length: int) -> int:
         """Device bytes one sequence of `length` positions holds: its blocks and its slot."""

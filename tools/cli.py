@@ -200,13 +200,14 @@ def _paged_generate(manifest, images) -> bool:
 def _generate_paged(a, manifest, vm, ids: list[int], sampling: dict) -> list[int]:
     """One request through an Engine whose pool is sized to it: the prompt (each image counted
     at the tower's largest image) and the new tokens, at most max_seq_len, and the scratch block."""
+    from day0.runtime.blocks import blocks_for
     from day0.runtime.engine import Engine
 
     paged, v = manifest.paged, manifest.vision
     n = len(ids) + a.max_new_tokens - 1
     if sampling["images"]:
         n += len(sampling["images"]) * (v.max_patches // v.merge_size**2 - 1)
-    blocks = -(-min(n, manifest.max_seq_len) // paged.block_size) + 1
+    blocks = blocks_for(min(n, manifest.max_seq_len), paged.block_size) + 1  # and the scratch block
     engine = Engine(manifest, vm, blocks, None, None, max_running=1, artifact_dir=Path(a.artifact))
     rid = engine.add(ids, max_new_tokens=a.max_new_tokens, **sampling)
     new: list[int] = []
