@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from day0.models.layers import RMSNorm, rope_table
+from day0.models.layers import RMSNorm, rope_at, rope_tables
 from day0.models.paging import CacheView, paged_view
 from day0.runtime.artifact import StateTensor
 
@@ -110,9 +110,8 @@ class CausalLM(nn.Module):
         m = allocate_empty(lambda: cls(cfg, max_seq_len, cache_dtype), dtypes)
         if m.rope_dim():  # 0: no rotary anywhere (kimi_linear's NoPE attention), no table
             inv_freq, scaling = rope_frequencies(cfg, m.rope_dim())
-            cos, sin = rope_table(inv_freq, max_seq_len, scaling)
-            m.register_buffer("rope_cos", cos, persistent=True)
-            m.register_buffer("rope_sin", sin, persistent=True)
+            for name, table in rope_tables(inv_freq, max_seq_len, scaling).items():
+                m.register_buffer(name, table, persistent=True)
         return m.requires_grad_(False)
 
     def rope_dim(self) -> int:
@@ -248,7 +247,7 @@ class CausalLM(nn.Module):
 
     def rope_at(self, positions: Tensor) -> tuple[Tensor, Tensor]:
         """cos, sin [S, rope_dim/2] at positions [S]."""
-        return self.rope_cos.index_select(0, positions), self.rope_sin.index_select(0, positions)
+        return rope_at(self, positions)
 
 
 def rope_frequencies(cfg, dim: int) -> tuple[Tensor, float]:

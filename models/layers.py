@@ -97,15 +97,40 @@ class MLP(nn.Module):
         return linear(swiglu(gate, linear(x, self.up_proj), self.limit), self.down_proj)
 
 
-def rope_table(inv_freq: Tensor, max_positions: int, attention_scaling: float) -> tuple[Tensor, Tensor]:
-    """cos, sin [max_positions, dim/2] float32, computed in float64.
+def rope_tables(inv_freq: Tensor, max_positions: int, attention_scaling: float) -> dict[str, Tensor]:
+    """cos and sin of every position below max_positions as two small float32 tables each,
+    computed in float64: position p = hi·L + lo (L = 2^⌈bits/2⌉) is the angle sum
 
-    IREE's CPU cos/sin lose precision at large arguments (≈4e-4 off at position 32K), so the table
-    is computed here ahead of time and looked up by position in the compiled graph.
+        cos(p) = cos(hi·L)·cos(lo) − sin(hi·L)·sin(lo),  sin(p) = sin(hi·L)·cos(lo) + cos(hi·L)·sin(lo)
+
+    (rope_at), attention_scaling folded into the hi tables. 2·(H + L) rows instead of one table of
+    max_positions rows: a 1M-position artifact carries 0.5 MB of tables, not 256 MB, and the
+    values stay within ~2 float32 ulps of the float64 ones. IREE's CPU cos/sin lose precision at
+    large arguments (≈4e-4 off at position 32K), which is why the graph looks angles up rather
+    than computing them.
     """
-    pos = torch.arange(max_positions, dtype=torch.float64)
-    angles = pos[:, None] * inv_freq.double()[None, :]
-    return (angles.cos() * attention_scaling).float(), (angles.sin() * attention_scaling).float()
+    bits = max(int(max_positions - 1).bit_length(), 1)
+    lo = 1 << -(-bits // 2)
+    hi = -(-max_positions // lo)
+    freq = inv_freq.double()[None, :]
+    coarse = torch.arange(hi, dtype=torch.float64)[:, None] * lo * freq
+    fine = torch.arange(lo, dtype=torch.float64)[:, None] * freq
+    return {
+        "rope_cos_hi": (coarse.cos() * attention_scaling).float(),
+        "rope_sin_hi": (coarse.sin() * attention_scaling).float(),
+        "rope_cos_lo": fine.cos().float(),
+        "rope_sin_lo": fine.sin().float(),
+    }
+
+
+def rope_at(tables, positions: Tensor) -> tuple[Tensor, Tensor]:
+    """cos, sin [S, dim/2] at positions [S] from rope_tables' tables (a module holding them as
+    attributes)."""
+    lo = tables.rope_cos_lo.shape[0]
+    hi_i, lo_i = torch.div(positions, lo, rounding_mode="floor"), torch.remainder(positions, lo)
+    ch, sh = tables.rope_cos_hi.index_select(0, hi_i), tables.rope_sin_hi.index_select(0, hi_i)
+    cl, sl = tables.rope_cos_lo.index_select(0, lo_i), tables.rope_sin_lo.index_select(0, lo_i)
+    return ch * cl - sh * sl, sh * cl + ch * sl
 
 
 def _rotate_halves(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:

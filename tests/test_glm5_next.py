@@ -180,7 +180,7 @@ def test_state_specs(checkpoint):
         ("kda_state.2", "kda_state", 2, (c.linear_num_heads, c.linear_head_dim, c.linear_head_dim)),
     ]
     assert model.selection_width() == c.index_topk + c.index_kpool - 1
-    assert not hasattr(model, "rope_cos")  # NoPE: no rope table
+    assert not hasattr(model, "rope_cos_hi")  # NoPE: no rope table
 
 
 def test_mxfp4_experts_stay_packed(checkpoint):

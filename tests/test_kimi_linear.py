@@ -134,7 +134,7 @@ def test_state_specs(checkpoint):
         ("conv_tail.2", "conv_tail", 2, (3 * d, c.linear_conv_kernel_dim - 1)),
         ("kda_state.2", "kda_state", 2, (c.linear_num_heads, c.linear_head_dim, c.linear_head_dim)),
     ]
-    assert not hasattr(model, "rope_cos")  # NoPE: no rope table
+    assert not hasattr(model, "rope_cos_hi")  # NoPE: no rope table
 
 
 def test_kl_mxfp4_experts_stay_packed(checkpoint, tmp_path):
