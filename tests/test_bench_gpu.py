@@ -53,7 +53,7 @@ def test_bench_gpu_package_runs_from_its_own_sources(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     assert "limit/day0" in p.stdout  # the table is printed last
     results = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
-    moe, dsa, e2e, glm5, engine, serve = results
+    moe, dsa, e2e, glm5, engine, serve, long = results
     assert moe["piece"] == "moe" and dsa["piece"] == "dsa" and dsa["context"] == 256
     assert moe["day0_rel_err"] < 1e-5  # f32 throughout
     assert dsa["day0_rel_err"] < 2e-2  # bf16 caches and output
@@ -105,6 +105,15 @@ def test_bench_gpu_package_runs_from_its_own_sources(tmp_path):
         assert row["requests"] == clients * spec["serve"]["requests"]
         assert row["served_tok_s"] > 0 and row["engine_tok_s"] > 0 and row["overhead_ratio"] > 0
     assert "day0 serve (prompts of" in p.stdout
+    # long context, on the engine piece's artifact: the check against day0's eager model, every length
+    assert long["piece"] == "long" and [r["length"] for r in long["rows"]] == spec["long"]["lengths"]
+    check = long["check"]
+    assert check["rows"] == spec["long"]["check"] // long["chunk"] and check["steps"] > 0
+    assert check["same_greedy_prompt_rows"] == 1.0, check
+    assert check["prompt_max_rel_err"] < 1e-3 and check["decode_max_rel_err"] < 1e-3, check  # bf16 caches
+    for row in long["rows"]:
+        assert min(row[k] for k in ("decode_ms", "limit_ms", "chunk_ms", "chunk_of_peak", "ttft_estimate_s")) > 0
+    assert long["ttft_s"] > 0 and "long context (max_seq_len" in p.stdout
 
 
 def test_bench_gpu_package_of_some_pieces_imports_from_its_own_sources(tmp_path):

@@ -23,6 +23,9 @@ Pieces (GLM-5.3-Flash shapes in the `full` config):
         vs transformers eager on the GPU, with a teacher-forced check against it.
   engine  the 4.9B deepseek_v32 through the Engine (tools/bench/bench_gpu_engine.py): aggregate decode
         tokens/s and step ms at 1, 8, 32, 64 sequences of 4K vs transformers eager at the same batch.
+  long  the 4.9B deepseek_v32 compiled for 1M positions (tools/bench/bench_gpu_long.py): decode ms
+        per token and a prompt chunk's time at 4K to 1M, time to first token at 4K, agreement with
+        day0's eager model at 32K.
   default  the shipped default model (tools/bench/bench_gpu_default.py): held-out perplexity and
         greedy agreement, day0 with the target's and with f32 caches vs transformers on the GPU.
   vision  GLM-5.3-Flash's vision tower at release shapes (tools/bench/bench_gpu_vision.py): encode
@@ -74,6 +77,7 @@ _SHIPPED = [
     "tools/bench/bench_e2e.py",
     "tools/bench/bench_gpu_glm5.py",
     "tools/bench/bench_gpu_engine.py",
+    "tools/bench/bench_gpu_long.py",
     "tools/bench/bench_gpu_default.py",
     "tools/bench/bench_gpu_vision.py",
     "frontend/__init__.py",
@@ -177,7 +181,7 @@ def _compile(module, args, pipeline: str, target: str, out: Path) -> None:
     compile_mlir(text, target, out, repro_dir=out.parent / f"{out.stem}.repro")
 
 
-PIECES = ("moe", "dsa", "e2e", "glm5", "engine", "serve", "default", "vision")
+PIECES = ("moe", "dsa", "e2e", "glm5", "engine", "serve", "long", "default", "vision")
 E2E_GOALS_MS = {"decode_ms": 2.0, "ttft_ms": 100.0}  # at 4K context
 
 
@@ -185,7 +189,14 @@ def package(out: Path, config: str, target: str, pieces=PIECES, cache: Path = Pa
     import torch
 
     from day0.lowering.targets import DsaShape, get_target
-    from day0.tools.bench import bench_e2e, bench_gpu_default, bench_gpu_engine, bench_gpu_glm5, bench_gpu_vision
+    from day0.tools.bench import (
+        bench_e2e,
+        bench_gpu_default,
+        bench_gpu_engine,
+        bench_gpu_glm5,
+        bench_gpu_long,
+        bench_gpu_vision,
+    )
 
     cfg = CONFIGS[config]
     out.mkdir(parents=True, exist_ok=True)
@@ -212,6 +223,7 @@ def package(out: Path, config: str, target: str, pieces=PIECES, cache: Path = Pa
     glm5 = bench_gpu_glm5.package(out, config, target, cache) if "glm5" in pieces else None
     engine = bench_gpu_engine.package(out, config, target, cache) if "engine" in pieces else None
     serve = bench_gpu_engine.package_serve(out, config, target, cache, engine) if "serve" in pieces else None
+    long = bench_gpu_long.package(out, config, target, cache, engine) if "long" in pieces else None
     default = bench_gpu_default.package(out, config, target) if "default" in pieces else None
     vision = bench_gpu_vision.package(out, config, target, cache) if "vision" in pieces else None
     (out / "bench.json").write_text(
@@ -227,6 +239,7 @@ def package(out: Path, config: str, target: str, pieces=PIECES, cache: Path = Pa
                 "glm5": glm5,
                 "engine": engine,
                 "serve": serve,
+                "long": long,
                 "default": default,
                 "vision": vision,
             },
@@ -431,7 +444,14 @@ def run_dsa(pkg: Path, spec: dict, T: int, dev: str, device: str, bw: float) -> 
 def run(pkg: Path, device: str, json_out: Path | None, pieces=PIECES) -> list[dict]:
     import torch
 
-    from day0.tools.bench import bench_e2e, bench_gpu_default, bench_gpu_engine, bench_gpu_glm5, bench_gpu_vision
+    from day0.tools.bench import (
+        bench_e2e,
+        bench_gpu_default,
+        bench_gpu_engine,
+        bench_gpu_glm5,
+        bench_gpu_long,
+        bench_gpu_vision,
+    )
 
     spec = json.loads((pkg / "bench.json").read_text())
     pieces = [p for p in pieces if p in spec.get("pieces", ("moe", "dsa"))]
@@ -464,6 +484,9 @@ def run(pkg: Path, device: str, json_out: Path | None, pieces=PIECES) -> list[di
     if "serve" in pieces:
         results.append(bench_gpu_engine.run_serve(pkg, spec, device))
         print(json.dumps(results[-1]), flush=True)
+    if "long" in pieces:
+        results.append(bench_gpu_long.run(pkg, spec, device, bw))
+        print(json.dumps(results[-1]), flush=True)
     if "default" in pieces:
         results.append(bench_gpu_default.run(pkg, spec, device))
         print(json.dumps(results[-1]), flush=True)
@@ -477,7 +500,14 @@ def run(pkg: Path, device: str, json_out: Path | None, pieces=PIECES) -> list[di
 
 
 def table(results: list[dict]) -> str:
-    from day0.tools.bench import bench_e2e, bench_gpu_default, bench_gpu_engine, bench_gpu_glm5, bench_gpu_vision
+    from day0.tools.bench import (
+        bench_e2e,
+        bench_gpu_default,
+        bench_gpu_engine,
+        bench_gpu_glm5,
+        bench_gpu_long,
+        bench_gpu_vision,
+    )
 
     bw = results[0]
     lines = [
@@ -486,7 +516,7 @@ def table(results: list[dict]) -> str:
         f"{'limit µs':>10}{'limit/day0':>11}{'A/day0':>8}",
     ]
     for r in results[1:]:
-        if r["piece"] in ("e2e", "glm5", "engine", "serve", "default", "vision"):
+        if r["piece"] in ("e2e", "glm5", "engine", "serve", "long", "default", "vision"):
             continue
         if r["piece"] == "moe":
             name, a, b = "moe", r["torch_bf16_us"], r["torch_dequant_us"]
@@ -507,6 +537,7 @@ def table(results: list[dict]) -> str:
     lines += [bench_gpu_glm5.table(r) for r in results if r["piece"] == "glm5"]
     lines += [bench_gpu_engine.table(r) for r in results if r["piece"] == "engine"]
     lines += [bench_gpu_engine.serve_table(r) for r in results if r["piece"] == "serve"]
+    lines += [bench_gpu_long.table(r) for r in results if r["piece"] == "long"]
     lines += [bench_gpu_default.table(r) for r in results if r["piece"] == "default"]
     lines += [bench_gpu_vision.table(r) for r in results if r["piece"] == "vision"]
     return "\n".join(lines)
@@ -623,6 +654,18 @@ def plot(results_path: Path, out_dir: Path) -> list[Path]:
             f"glm5_next small (KDA + k-pool DSA + mHC + MoE), prompt {glm5['prompt_len']}, {device}", fontsize=9
         )
         save(fig, "bench_gpu_glm5.png")
+    for long in [r for r in results if r["piece"] == "long"][:1]:
+        fig, ax = plt.subplots(figsize=(6, 3.2))
+        xs = [row["length"] for row in long["rows"]]
+        ax.plot(xs, [row["decode_ms"] for row in long["rows"]], "o-", color="#2a7", label="day0 decode ms/token")
+        ax.plot(xs, [row["limit_ms"] for row in long["rows"]], ":", color="#36c", label="bytes ÷ bandwidth")
+        ax.axhline(2 * long["rows"][0]["decode_ms"], color="#c63", linestyle="--", label="goal at 1M: 2× the 4K step")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("context (tokens)")
+        ax.set_ylabel("ms per token")
+        ax.legend(fontsize=7)
+        ax.set_title(f"4.9B deepseek_v32, max_seq_len {long['max_seq_len']}, one sequence, {device}", fontsize=9)
+        save(fig, "bench_gpu_long.png")
     return written
 
 
