@@ -126,3 +126,28 @@ def test_bench_gpu_package_of_some_pieces_imports_from_its_own_sources(tmp_path)
     p = _run_from_package(pkg, tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "copy bandwidth" in p.stdout
+
+
+def test_long_piece_estimates_a_prefill_from_chunk_times():
+    # TTFT at L from chunk times measured at a few lengths: linear between them, one per chunk
+    from day0.tools.bench.bench_gpu_long import chunk_flops, ttft_estimate
+
+    assert ttft_estimate({512: 0.01, 4096: 0.01}, 512, 4096) == pytest.approx(8 * 0.01)
+    # chunk ends 512, 1024, ..., 2048 between 0.01 at 512 and 0.04 at 2048: 0.01, 0.02, 0.03, 0.04
+    assert ttft_estimate({512: 0.01, 2048: 0.04}, 512, 2048) == pytest.approx(0.10)
+    raw = {
+        "n_routed_experts": 4,
+        "num_experts_per_tok": 2,
+        "num_hidden_layers": 1,
+        "index_topk": 2,
+        "qk_nope_head_dim": 1,
+        "qk_rope_head_dim": 1,
+        "v_head_dim": 1,
+        "num_attention_heads": 1,
+        "index_n_heads": 1,
+        "index_head_dim": 1,
+    }
+    # 10 bf16 weights (5 parameters) and 17 MXFP4 bytes (32 values, 2 of 4 experts active: 16);
+    # a chunk of 2 tokens at positions 2, 3: keys 3 + 4, selected rows 2 + 2, 2·(2+1) a row
+    got = chunk_flops(raw, {"other": 10, "experts": 17}, 2, 4)
+    assert got == pytest.approx(2 * (5 + 16) * 2 + 2 * 7 + 6 * 4)
