@@ -38,9 +38,12 @@ the caller saw. `position` counts the tokens in the state, not the pending one; 
 it; reset drops it.
 
 The dense state is max_seq_len rows per cache, allocated at load, and a decode step scores all of
-them: on a long-context artifact (--max-seq-len 65536 and up) a step costs what max_seq_len
-costs, not what the sequence holds (docs/perf.md, 'Long context on the CPU'). The Engine's paged
-state holds a sequence's own blocks; `day0 generate` and `day0 serve` run through it.
+them: on a long-context artifact a step would cost what max_seq_len costs, not what the sequence
+holds (docs/perf.md, 'Long context on the CPU'). So on an artifact with paged entry points
+(`--max-batch`) and max_seq_len above PAGED_FROM, the Session runs those instead, for its one
+sequence, with pools that grow as it does (runtime/paged_sequence.py); `Session.load(paged=...)`
+chooses either way. Same contract, same results (within float order); its state file holds the
+sequence's rows only, and either kind of Session loads the other's.
 
 A Session serves one call at a time: a call made while another is running (another thread)
 is refused with a SessionError rather than interleaving two updates of one state. Logits that
@@ -56,6 +59,7 @@ import numpy as np
 from day0.runtime.artifact import IMAGE_PREFILL, NON_FINITE_TOKEN, Manifest
 from day0.runtime.image_prompt import ImagePrompts, image_list
 from day0.runtime.loading import open_artifact, token_ids
+from day0.runtime.paged_sequence import PagedSequence
 from day0.runtime.sampling import greedy, make_rng, sample, validate_sampling
 from day0.runtime.state_file import np_dtype
 from day0.runtime.step_call import StepCaller
@@ -83,9 +87,19 @@ def _exclusive(method):
     return call
 
 
+PAGED_FROM = 16384  # max_seq_len above which a Session prefers the paged entry points (module docstring)
+PROMPT_PIECE = 512  # the most prompt tokens one paged call takes where every row's logits are wanted
+
+
 class Session:
-    def __init__(self, artifact_dir: Path, manifest: Manifest, vm):
+    def __init__(self, artifact_dir: Path, manifest: Manifest, vm, paged: bool | None = None):
         self.artifact_dir, self.manifest, self._vm = Path(artifact_dir), manifest, vm
+        if paged is None:
+            paged = manifest.paged is not None and manifest.max_seq_len > PAGED_FROM
+        elif paged and manifest.paged is None:
+            raise SessionError("paged=True: this artifact has no paged entry points (compile it with --max-batch)")
+        # the sequence's state over the paged entry points (None: the dense ones)
+        self._paged = PagedSequence(manifest, vm) if paged else None
         self._busy = threading.RLock()  # re-entrant: generate calls prefill_greedy on its thread
         self.max_seq_len: int = manifest.max_seq_len
         self.vocab_size: int = manifest.vocab_size
@@ -109,14 +123,28 @@ class Session:
         self.reset()
 
     @classmethod
-    def load(cls, artifact_dir, device: str | None = None, verify: bool = True, checkpoint_dir=None) -> "Session":
+    def load(
+        cls,
+        artifact_dir,
+        device: str | None = None,
+        verify: bool = True,
+        checkpoint_dir=None,
+        paged: bool | None = None,
+    ) -> "Session":
         """Load and verify an artifact (hashes of the vmfb and the shards it reads, unless
         verify=False), then bind its parameters from the original shards — found where the
         compile read them, or in `checkpoint_dir` when the checkpoint has moved (another host).
         `device`: one of the artifact's devices (its target's; None: the first, e.g. local-task
-        for llvm-cpu, cuda for cuda-sm90); another is refused before the runtime is asked."""
+        for llvm-cpu, cuda for cuda-sm90); another is refused before the runtime is asked.
+        `paged`: run the paged entry points (True), the dense ones (False), or choose by
+        max_seq_len (None: module docstring)."""
         manifest, vm = open_artifact(artifact_dir, device, verify, checkpoint_dir)
-        return cls(artifact_dir, manifest, vm)
+        return cls(artifact_dir, manifest, vm, paged)
+
+    @property
+    def paged(self) -> bool:
+        """Whether the Session runs the paged entry points (module docstring)."""
+        return self._paged is not None
 
     # -- state ----------------------------------------------------------------------------------
     @property
@@ -132,6 +160,9 @@ class Session:
     @_exclusive
     def reset(self) -> None:
         self._pos, self._pending = 0, None
+        if self._paged is not None:
+            self._paged.reset()
+            return
         self._state = [self._vm.to_device(np.zeros(s.shape, dtype=np_dtype(s.dtype))) for s in self.manifest.state]
 
     @_exclusive
@@ -141,7 +172,11 @@ class Session:
         continues it exactly."""
         from day0.runtime import state_file
 
-        arrays = [_host_copy(b) for b in self._state]
+        if self._paged is not None:
+            held = self._paged.host_state(self._pos)
+            arrays = [held[s.name] for s in self.manifest.state]
+        else:
+            arrays = [_host_copy(b) for b in self._state]
         return state_file.write(path, self.manifest, self._pos, arrays, self._pending)
 
     @_exclusive
@@ -152,11 +187,17 @@ class Session:
         from day0.runtime import state_file
 
         position, pending, arrays = state_file.read(path, self.manifest)
-        self._state = [self._vm.to_device(a) for a in arrays]
+        if self._paged is not None:
+            self._paged.load_host_state(position, {s.name: a for s, a in zip(self.manifest.state, arrays)})
+        else:
+            self._state = [self._vm.to_device(_padded(a, s.shape)) for s, a in zip(self.manifest.state, arrays)]
         self._pos, self._pending = position, pending
 
     def state_bytes(self) -> dict[str, int]:
-        """Bytes of device state per kind (e.g. mla_latent, indexer_keys, kda_state, conv_tail)."""
+        """Bytes of device state per kind (e.g. mla_latent, indexer_keys, kda_state, conv_tail):
+        the dense state's, or what the paged pools and slot hold now."""
+        if self._paged is not None:
+            return self._paged.state_bytes()
         return self.manifest.state_bytes()
 
     # -- calls ----------------------------------------------------------------------------------
@@ -187,6 +228,8 @@ class Session:
         want: "logits" returns them ([len(ids), vocab] on the host); "next" returns the greedy
         next token (an int) when the artifact chooses it on the device, else the logits; None
         reads nothing back."""
+        if self._paged is not None:
+            return self._run_paged(ids, want)
         name, extra = entry
         if want == "next" and not extra:
             want = "logits"
@@ -198,6 +241,39 @@ class Session:
             return int(host[0].reshape(-1)[0])
         return host[0] if host else None
 
+    def _run_paged(self, ids: np.ndarray, want: str | None, extra=()):
+        """_run over the paged entry points (one call: PagedSequence.run)."""
+        host, nxt = self._paged.run(ids, self._pos, want == "logits", extra)
+        self._pos += ids.size
+        if want == "next":
+            return nxt
+        return host if want == "logits" else None
+
+    def _paged_prompt(self, ids: np.ndarray, want: str | None) -> list:
+        """_run_prompt over the paged entry points: static chunks as the dense path runs them
+        (the last one overlapping) when only the last row matters, else dynamic pieces of at
+        most PROMPT_PIECE tokens (a long prompt's logits never in one call)."""
+        c = self._paged.static_chunk
+        if want != "logits" and c and ids.size >= c:
+            pieces, done = [], 0
+            while done < ids.size:
+                start = min(done, ids.size - c)
+                self._pos -= done - start  # back to the first re-run token's position
+                last = start + c >= ids.size
+                pieces.append((self._run_paged(ids[start : start + c], want if last else None), done - start))
+                done = start + c
+            return pieces
+        piece = max(PROMPT_PIECE, c)
+        cuts = list(range(0, ids.size, piece))
+        if len(cuts) > 1 and ids.size - cuts[-1] == 1:  # no lone last token: it would run as a decode step
+            cuts[-1] -= 1
+        pieces = []
+        for i, start in enumerate(cuts):
+            end = cuts[i + 1] if i + 1 < len(cuts) else ids.size
+            last = end == ids.size
+            pieces.append((self._run_paged(ids[start:end], want if last or want == "logits" else None), 0))
+        return pieces
+
     def _run_prompt(self, ids: np.ndarray, want: str | None) -> list:
         """Append a prompt; returns [(result, k)] of _run's results (`want` of the last piece;
         every piece's logits for "logits"): rows k.. of each piece's logits, in order, are the
@@ -205,6 +281,8 @@ class Session:
         C; the last chunk ends at the prompt's end and so re-runs the tokens it shares with the
         one before at their own positions, rewriting the same state rows (exact for
         position-indexed state, the only kind such artifacts have)."""
+        if self._paged is not None:
+            return self._paged_prompt(ids, want)
         c = self._chunk_len
         if c and ids.size >= c:
             pieces, done = [], 0
@@ -279,6 +357,8 @@ class Session:
 
     def _run_images(self, ids: np.ndarray, features: np.ndarray, rows: np.ndarray, want: str | None):
         """prefill_mm on ids (the pending token first, if any) at the current position; `want` as _run."""
+        if self._paged is not None:
+            return self._run_paged(ids, want, (self._vm.to_device(features), self._vm.to_device(rows)))
         read = {"logits": (0,), "next": (1,), None: ()}[want]
         pos = np.array([self._pos], dtype=np.int64)
         host, self._state = self._caller.call(
@@ -434,6 +514,15 @@ class _Prompt:
 
     def __init__(self, ids: np.ndarray, pixels: np.ndarray | None = None, grid: np.ndarray | None = None):
         self.ids, self.pixels, self.grid = ids, pixels, grid
+
+
+def _padded(array: np.ndarray, shape: tuple) -> np.ndarray:
+    """`array` zero-padded to `shape` along its first axis (a state file's truncated tensor)."""
+    if array.shape == tuple(shape):
+        return array
+    out = np.zeros(shape, dtype=array.dtype)
+    out[: array.shape[0]] = array
+    return out
 
 
 def _host_copy(array) -> np.ndarray:

@@ -8,6 +8,11 @@ state), and what the state belongs to — the architecture, the checkpoint's con
 artifact first, so a state saved by another model, config, weights or max_seq_len is refused with
 an error naming the first difference instead of decoding garbage. Written atomically (temp file +
 rename).
+
+A position-indexed tensor may be stored with only its first rows (`rows` in the header: name ->
+row count; the rest are zero): a Session over the paged entry points (runtime/paged_sequence.py)
+saves the rows its sequence holds, not max_seq_len of them. `read` returns such a tensor as
+stored; the reader places or pads it. Either kind of Session reads what the other wrote.
 """
 
 import json
@@ -18,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-FORMAT = 2
+FORMAT = 3
 HEADER = "__day0_state__"
 
 
@@ -51,8 +56,11 @@ def identity(manifest) -> dict:
 
 
 def write(path: Path, manifest, position: int, arrays: list[np.ndarray], pending: int | None = None) -> Path:
+    """Write `arrays` (manifest.state's order; a tensor with fewer rows than its shape is stored
+    truncated, module docstring) atomically."""
     path = Path(path)
-    header = {"format": FORMAT, "position": position, "pending": pending, **identity(manifest)}
+    rows = {s.name: int(a.shape[0]) for s, a in zip(manifest.state, arrays) if a.shape != s.shape}
+    header = {"format": FORMAT, "position": position, "pending": pending, "rows": rows, **identity(manifest)}
     # bf16 (ml_dtypes) has no .npy description: stored as its uint16 bits (the header has the dtype)
     named = {s.name: a.view(np.uint16) if s.dtype == "bfloat16" else a for s, a in zip(manifest.state, arrays)}
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -85,8 +93,8 @@ def _difference(saved: dict, here: dict) -> str | None:
 
 
 def read(path: Path, manifest) -> tuple[int, int | None, list[np.ndarray]]:
-    """(position, pending token, arrays in manifest order) of a state file saved for an artifact
-    like this one."""
+    """(position, pending token, arrays in manifest order: a truncated tensor as stored, see the
+    module docstring) of a state file saved for an artifact like this one."""
     path = Path(path)
     if not path.is_file():
         raise StateFileError(f"state file {path}: no such file")
@@ -102,17 +110,27 @@ def read(path: Path, manifest) -> tuple[int, int | None, list[np.ndarray]]:
             diff = _difference(header, identity(manifest))
             if diff:
                 raise StateFileError(f"state file {path} was saved by an artifact of a different model: {diff}")
-            arrays = []
+            arrays, rows = [], header.get("rows", {})
+            if not isinstance(rows, dict):
+                raise StateFileError(f"state file {path}: its header's rows is not an object")
             for s in manifest.state:
                 if s.name not in z.files:
                     raise StateFileError(f"state file {path}: tensor '{s.name}' is missing")
                 a = z[s.name]
                 if s.dtype == "bfloat16" and a.dtype == np.uint16:
                     a = a.view(np_dtype("bfloat16"))
-                if a.shape != s.shape or a.dtype != np_dtype(s.dtype):
+                want = s.shape
+                if s.name in rows:
+                    n = rows[s.name]
+                    if not _is_int(n) or not 0 <= n <= s.shape[0]:
+                        raise StateFileError(
+                            f"state file {path}: tensor '{s.name}' stores {n!r} rows, outside [0, {s.shape[0]}]"
+                        )
+                    want = (n, *s.shape[1:])
+                if a.shape != want or a.dtype != np_dtype(s.dtype):
                     raise StateFileError(
                         f"state file {path}: tensor '{s.name}' is {a.dtype}{list(a.shape)}, "
-                        f"expected {s.dtype}{list(s.shape)}"
+                        f"expected {s.dtype}{list(want)}"
                     )
                 arrays.append(a)
     except StateFileError:

@@ -94,3 +94,42 @@ def test_generate_cli_on_the_long_artifact(long_artifact):
     r = subprocess.run(args, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert [int(t) for t in r.stdout.strip().split(",")] == want
+
+
+def test_session_on_the_long_artifact_runs_the_paged_entry_points(long_artifact, tmp_path):
+    """Session.load on the 64K artifact runs its paged entry points with pools that grow with
+    the sequence: the logits (prompt rows in two pieces, decode steps) and greedy tokens of the
+    dense entry points, device bytes for the tokens held, and state files either kind reads."""
+    art = long_artifact("ds-sparse")
+    paged, dense = Session.load(art), Session.load(art, paged=False)
+    assert paged.paged and not dense.paged
+    rng = np.random.default_rng(5)
+    prompt = rng.integers(0, 100, 600).tolist()  # over one 512-token piece
+    assert rel_err(paged.prefill(prompt), dense.prefill(prompt)) < 1e-5
+    for token in rng.integers(0, 100, 3).tolist():
+        assert rel_err(paged.decode(token), dense.decode(token)) < 1e-5
+    held = sum(paged.state_bytes().values())
+    assert held < sum(dense.state_bytes().values()) / 16  # 603 of 65,536 positions, in grown pools
+    # state files: the paged one holds the sequence's rows only; each kind loads the other's
+    paged.save_state(tmp_path / "paged.npz")
+    dense.save_state(tmp_path / "dense.npz")
+    assert (tmp_path / "paged.npz").stat().st_size < (tmp_path / "dense.npz").stat().st_size / 16
+    want = dense.decode(9)
+    for kind, path in ((False, "paged.npz"), (True, "dense.npz")):
+        s = Session.load(art, paged=kind)
+        s.load_state(tmp_path / path)
+        assert s.position == 603 and rel_err(s.decode(9), want) < 1e-5
+    paged.reset()
+    dense.reset()
+    assert paged.generate(prompt[:300], max_new_tokens=6) == dense.generate(prompt[:300], max_new_tokens=6)
+    assert paged.decode_greedy(3) == dense.decode_greedy(3)
+
+
+def test_session_paged_needs_paged_entry_points(artifact):
+    import dataclasses
+
+    from day0.runtime.artifact import read_manifest
+
+    dense_only = dataclasses.replace(read_manifest(artifact("ds-sparse")), paged=None)
+    with pytest.raises(SessionError, match="no paged entry points"):
+        Session(artifact("ds-sparse"), dense_only, vm=None, paged=True)  # refused before the device

@@ -95,3 +95,38 @@ def test_moved_checkpoint_is_size_checked_without_verify(checkpoint, artifact, t
     shard = manifest["parameters"]["files"][0]["path"]
     with pytest.raises(ArtifactError, match=rf"{shard}.*size is"):
         Session.load(artifact("ds-sparse"), verify=False, checkpoint_dir=other)
+
+
+@pytest.mark.parametrize("name", ["kl-base", "ds-sparse"])
+def test_paged_session_state_files_hold_the_sequence_rows(name, artifact, tmp_path):
+    """A Session over the paged entry points (kl-base: KDA states and conv tails in slots) saves
+    only the rows its sequence holds; a dense Session continues it exactly, and the other way."""
+    paged, dense = Session.load(artifact(name), paged=True), Session.load(artifact(name), paged=False)
+    for s in (paged, dense):
+        s.prefill(_ids(21, seed=4))
+    np.testing.assert_allclose(paged.decode(5), dense.decode(5), rtol=0, atol=1e-5)
+    saved = {kind: s.save_state(tmp_path / f"{kind}.npz") for kind, s in (("paged", paged), ("dense", dense))}
+    with np.load(saved["paged"]) as z:
+        header = json.loads(bytes(z[state_file.HEADER]).decode())
+    assert header["rows"] and all(n < 64 for n in header["rows"].values())  # of max_seq_len 64
+    want = dense.decode(7)
+    for kind, path in (("dense", saved["paged"]), ("paged", saved["dense"])):
+        s = Session.load(artifact(name), paged=kind == "paged")
+        s.load_state(path)
+        assert s.position == 22
+        np.testing.assert_allclose(s.decode(7), want, rtol=0, atol=1e-5)
+
+
+def test_truncated_rows_out_of_range_are_refused(artifact, tmp_path):
+    s = Session.load(artifact("ds-sparse"), paged=True)
+    s.prefill(_ids(5))
+    path = s.save_state(tmp_path / "s.npz")
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    header = json.loads(bytes(arrays[state_file.HEADER]).decode())
+    name = next(iter(header["rows"]))
+    header["rows"][name] = 65
+    arrays[state_file.HEADER] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
+    np.savez(tmp_path / "bad.npz", **arrays)
+    with pytest.raises(StateFileError, match=rf"tensor '{name}' stores 65 rows, outside \[0, 64\]"):
+        Session.load(artifact("ds-sparse")).load_state(tmp_path / "bad.npz")
