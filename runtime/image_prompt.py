@@ -78,7 +78,7 @@ class ImagePrompts:
             host, _ = caller.call(image_encoder(bucket), list(inputs), 1, (0,), 1)
             out.append(host[0][: patches // m2])
             at += patches
-        features = np.concatenate(out)
+        features = out[0] if len(out) == 1 else np.concatenate(out)  # (22 MB for a 1024² image: no copy)
         if not np.isfinite(features).all():
             raise self.error(
                 "the vision tower's features are not finite (NaN or infinity): the checkpoint's vision weights or "

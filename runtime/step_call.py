@@ -48,6 +48,18 @@ _MT, _BU = rt.MemoryType, rt.BufferUsage
 _SIZE = "iree.abi.transients.size"
 
 
+_UPLOAD_TYPES = {
+    np.dtype(np.float32): rt.HalElementType.FLOAT_32,
+    np.dtype(np.int64): rt.HalElementType.SINT_64,
+    np.dtype(np.int32): rt.HalElementType.SINT_32,
+}
+
+
+def _upload_type(a) -> bool:
+    """Whether StepCaller.call uploads `a` through its pinned buffer."""
+    return isinstance(a, np.ndarray) and a.dtype in _UPLOAD_TYPES
+
+
 def _aligned(n: int) -> int:
     return -(-n // _ALIGN) * _ALIGN
 
@@ -200,6 +212,7 @@ class StepCaller(_Caller):
         self._staging, self._staging_map, self._staged = _pinned(self._device, _BU.TRANSFER_SOURCE, self._offsets[-1])
         self._inputs = [_device_buffer(self._device, s) for s in self._sizes]
         self._readback, self._readback_bytes = None, 0
+        self._up, self._up_bytes, self._up_buffers = None, 0, []  # call()'s uploads (pinned, device)
         self._semaphore = self._device.create_semaphore(0)
         self._value = 0
 
@@ -226,13 +239,52 @@ class StepCaller(_Caller):
         return self._run(name, views, v + 1, len(state) + outputs, read, outputs)
 
     def call(self, name: str, args: Sequence, results: int, read: Sequence[int], outputs: int):
-        """Run entry point `name` on `args`, each a numpy array (copied into a fresh device buffer:
-        any dtype, e.g. the image entry points' float inputs) or a DeviceArray (consumed as by the
-        entry point); it returns `results` results. Returns (host copies of the results at indices
-        `read`, the results after the first `outputs` as DeviceArrays): a prompt with images
-        (Session), whose extra copies cost nothing beside the vision tower."""
-        views = [(self._vm.to_device(a) if isinstance(a, np.ndarray) else a)._buffer_view for a in args]
-        return self._run(name, views, self._value, results, read, outputs)
+        """Run entry point `name` on `args`, each a numpy array (float32, int64 or int32: written
+        into a pinned buffer and copied on the device into a buffer kept for the next call, so a
+        large input, e.g. an image's pixels, uploads at the link's speed rather than through a
+        synchronous copy of pageable memory; another dtype: a fresh device buffer) or a
+        DeviceArray (consumed as by the entry point); it returns `results` results. Returns (host
+        copies of the results at indices `read`, the results after the first `outputs` as
+        DeviceArrays): the image entry points (Session, the Engine's encoders)."""
+        views = [None if _upload_type(a) else a for a in args]
+        at = self._value
+        staged = [(i, a) for i, a in enumerate(args) if _upload_type(a)]
+        if staged:
+            copy, uploaded = self._upload([a for _, a in staged])
+            self._device.queue_execute(copy, self._fence(at), self._fence(at + 1))
+            at += 1
+            for (i, _), view in zip(staged, uploaded):
+                views[i] = view
+        views = [v if isinstance(v, rt.HalBufferView) else self._device_view(v) for v in views]
+        return self._run(name, views, at, results, read, outputs)
+
+    def _device_view(self, a) -> rt.HalBufferView:
+        return (self._vm.to_device(a) if isinstance(a, np.ndarray) else a)._buffer_view
+
+    def _upload(self, arrays: Sequence[np.ndarray]):
+        """(an ended command buffer copying `arrays` from the pinned upload buffer into their device
+        buffers, a view of each), both buffers grown to the call's needs and kept."""
+        arrays = [np.ascontiguousarray(a) for a in arrays]
+        offsets = list(itertools.accumulate((_aligned(a.nbytes) for a in arrays), initial=0))
+        if offsets[-1] > self._up_bytes:
+            self._up_bytes = max(offsets[-1], 2 * self._up_bytes)
+            self._up = _pinned(self._device, _BU.TRANSFER_SOURCE, self._up_bytes)
+        while len(self._up_buffers) < len(arrays):
+            self._up_buffers.append((None, 0))
+        copy = rt.HalCommandBuffer(self._device)
+        views = []
+        for i, (a, off) in enumerate(zip(arrays, offsets)):
+            buffer, size = self._up_buffers[i]
+            if a.nbytes > size:
+                size = max(a.nbytes, 2 * size)
+                buffer = _device_buffer(self._device, size)
+                self._up_buffers[i] = (buffer, size)
+            self._up[2][off : off + a.nbytes] = a.reshape(-1).view(np.uint8)
+            if a.nbytes:
+                copy.copy(self._up[0], buffer, off, 0, a.nbytes)
+            views.append(rt.HalBufferView(buffer, list(a.shape), _UPLOAD_TYPES[a.dtype]))
+        copy.end()
+        return copy, views
 
     def _run(self, name: str, views: list, at: int, results: int, read: Sequence[int], outputs: int):
         """Invoke `name` on `views` once the semaphore reaches `at` (its inputs are on the device
