@@ -111,6 +111,9 @@ def test_bench_gpu_package_runs_from_its_own_sources(tmp_path):
     assert check["rows"] == spec["long"]["check"] // long["chunk"] and check["steps"] > 0
     assert check["same_greedy_prompt_rows"] == 1.0, check
     assert check["prompt_max_rel_err"] < 1e-3 and check["decode_max_rel_err"] < 1e-3, check  # bf16 caches
+    noise = long["check_noise"]  # the eager model against itself in longer chunks
+    assert noise["chunk"] > long["chunk"] and noise["same_greedy_prompt_rows"] == 1.0
+    assert noise["prompt_max_rel_err"] < 1e-3 and noise["decode_max_rel_err"] < 1e-3, noise
     for row in long["rows"]:
         assert min(row[k] for k in ("decode_ms", "limit_ms", "chunk_ms", "chunk_of_peak", "ttft_estimate_s")) > 0
     assert long["ttft_s"] > 0 and "long context (max_seq_len" in p.stdout
