@@ -76,8 +76,8 @@ INDEXER_SCORES = KernelSet(
     "day0_indexer_scores",
     "indexer_scores.cu",
     "indexer_scores.sm_90.ptx",
-    # q, keys, w | out ; H, D, T, scale bits ; grid (indexer_grid_x(kernel, T), S)
-    tuple(Entry(indexer_entry(kernel), (True, True, True, False), 4, 2) for kernel in INDEXER_KERNELS)
+    # q, keys, w | out ; H, D, T, scale bits, S ; grid indexer_grid(kernel, S, T, H)
+    tuple(Entry(indexer_entry(kernel), (True, True, True, False), 5, 2) for kernel in INDEXER_KERNELS)
     # q, keys, rows, w | out ; the same constants and grid
     + tuple(Entry(indexer_entry(kernel), (True, True, True, True, False), 4, 2) for kernel in INDEXER_ROWS_KERNELS),
 )
@@ -97,8 +97,18 @@ def indexer_grid_x(kernel: str, T: int) -> int:
     return min(x, max(INDEXER_MMA_CTAS, cdiv(T, INDEXER_MMA_MAX_KEYS))) if kernel.endswith("bf16_mma") else x
 
 
-def indexer_grid(kernel: str, S: int, T: int) -> Grid:
-    return indexer_grid_x(kernel, T), S, 1
+INDEXER_QUNITS = 8  # QUNITS in the .cu: 8-head units of q fragments a CTA holds
+
+
+def indexer_queries_per_cta(kernel: str, H: int) -> int:
+    """Queries one CTA takes: the tensor-core kernel without rows (a prefill chunk's queries
+    share every key tile) takes as many as INDEXER_QUNITS 8-head units hold (queries_per_cta in
+    the .cu); every other kernel one."""
+    return INDEXER_QUNITS // cdiv(H, 8) if kernel == "bf16_mma" else 1
+
+
+def indexer_grid(kernel: str, S: int, T: int, H: int) -> Grid:
+    return indexer_grid_x(kernel, T), cdiv(S, indexer_queries_per_cta(kernel, H)), 1
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,10 +21,13 @@ memory); and every rows form, whose key t of query s is row rows[s, t] of a pool
 gather-then-contract took 5.4 ms a layer for 64 queries of 4K keys on the H200, docs/perf.md).
 Rewrite: a call of @day0_indexer_scores_<kernel>_H<H>_D<D>_T<T|q>_s<scale bits>(qb, kb, [rb,] wb)
 whose body is one flow.dispatch of kernel over the grid (x, S), kernel rows_<kernel> for the
-rows form:
+rows form (push constants H, D, T, the scale's bits, and S without rows):
   f32        f32 keys: exact f32 FMAs, x = ceil(T / 128).
   bf16_mma   bf16 keys (default): tensor cores, x = min(ceil(T / 128), max(264, ceil(T / 2048)))
-             (each CTA takes a contiguous range of ceil(ceil(T / 16) / x) tiles of 16 keys).
+             (each CTA takes a contiguous range of ceil(ceil(T / 16) / x) tiles of 16 keys);
+             without rows the grid is (x, ceil(S / qb)): a CTA takes qb = 8 / ceil(H / 8)
+             queries (4 at H = 16), which share every key tile a warp loads (a prefill chunk's
+             queries all read the same keys: 4× fewer key loads a product at H = 16).
   bf16       bf16 keys with option tensor-cores=false: exact f32 FMAs, x = ceil(T / 128).
 
 Numerics of bf16_mma: q · scale is split into two bf16 terms (hi = bf16(q), lo = bf16(q - hi)),
@@ -89,20 +92,26 @@ def function_text(kernel: str, H: int, D: int, T: int | None, scale: float) -> s
         extra = f"""
     %c1 = arith.constant 1 : index
     %n = tensor.dim %k, %c0 : {k_t}"""
+        consts, const_types, gy = "%H, %D, %T, %scale", "i32, i32, i32, i32", "%s"
     else:
         params, operands = f"%q: {q_t}, %k: {k_t}, %w: {w_t}", "%q, %k, %w"
         types = f"{q_t}{{%s}}, {k_t}{'{%t}' if T is None else ''}, {w_t}{{%s}}"
-        extra = ""
+        # a CTA takes qb queries (the tensor-core kernel: kernel_geometry.indexer_queries_per_cta)
+        extra = f"""
+    %qb = arith.constant {kg.indexer_queries_per_cta(kernel, H)} : index
+    %gy = arith.ceildivui %s, %qb : index
+    %S = arith.index_cast %s : index to i32"""
+        consts, const_types, gy = "%H, %D, %T, %scale, %S", "i32, i32, i32, i32, i32", "%gy"
     return f"""
   func.func private @{function_name(kernel, H, D, T, scale)}({params}) -> {o_t} {{
-    %c0 = arith.constant 0 : index{extra}
-    %s = tensor.dim %q, %c0 : {q_t}
+    %c0 = arith.constant 0 : index
+    %s = tensor.dim %q, %c0 : {q_t}{extra}
 {t_lines}
     %H = arith.constant {H} : i32
     %D = arith.constant {D} : i32
     %scale = arith.constant {kg.f32_bits(scale)} : i32
-    %o = flow.dispatch @{EXECUTABLE}::@{kg.indexer_entry(kernel)}[%gx, %s](%H, %D, %T, %scale, {operands})
-        : (i32, i32, i32, i32, {types}) -> {o_t}{o_dims}
+    %o = flow.dispatch @{EXECUTABLE}::@{kg.indexer_entry(kernel)}[%gx, {gy}]({consts}, {operands})
+        : ({const_types}, {types}) -> {o_t}{o_dims}
     return %o : {o_t}
   }}"""
 

@@ -7,8 +7,9 @@
 // no key is read; a warp's tile of 16 empty slots skips its products.
 //
 // Dispatched by the `indexer-scores-to-cuda-kernel` pass (IREE external dispatch ABI: q, keys,
-// [rows,] w, out, then the push constants H, D, T, scale bits; grid (x, S), a CTA takes keys of
-// one query).
+// [rows,] w, out, then the push constants H, D, T, scale bits and, without rows, S; grid (x, S):
+// a CTA takes keys of one query; the tensor-core kernel without rows: grid (x, ceil(S / qb)), a
+// CTA takes qb = queries_per_cta(H) queries, which share each key tile a warp loads).
 //
 // day0_indexer_scores_{f32,bf16}: exact f32 FMAs, grid (ceil(T / KEYS), S). The query's heads sit
 // in shared memory (row stride D + 1: lane h reads head h, so an unpadded stride would put every
@@ -86,13 +87,13 @@ __device__ void indexer_scores(const float* __restrict__ q, const K_* __restrict
 
 extern "C" __global__ void __launch_bounds__(THREADS)
 day0_indexer_scores_f32(const float* q, const float* keys, const float* w, float* out, int H, int D,
-                        int T, int scale_bits) {
+                        int T, int scale_bits, int S) {
   indexer_scores<float>(q, keys, nullptr, w, out, H, D, T, scale_bits);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS)
 day0_indexer_scores_bf16(const float* q, const __nv_bfloat16* keys, const float* w, float* out,
-                         int H, int D, int T, int scale_bits) {
+                         int H, int D, int T, int scale_bits, int S) {
   indexer_scores<__nv_bfloat16>(q, keys, nullptr, w, out, H, D, T, scale_bits);
 }
 
@@ -127,6 +128,11 @@ day0_indexer_scores_rows_bf16(const float* q, const __nv_bfloat16* keys, const l
 #define MMA_NT (MAX_H / 8)       // 8-head mma tiles
 #define MMA_GROUP 4              // head tiles accumulated at once (H <= 32: one group)
 #define TILE 16                  // keys per mma tile
+#define QUNITS 8                 // 8-head q fragment units in shared memory (MAX_H / 8)
+
+// Queries a CTA of the prefill form takes (lowering/kernel_geometry.py indexer_queries_per_cta):
+// as many as QUNITS units of 8 heads hold.
+__host__ __device__ __forceinline__ int queries_per_cta(int H) { return QUNITS / ((H + 7) / 8); }
 
 // 16 bytes of keys read once: not kept in L1 (L2 keeps them for the other queries of a prefill).
 __device__ __forceinline__ uint4 ld_stream(const void* p) {
@@ -183,83 +189,92 @@ __device__ __forceinline__ void indexer_scores_mma(const float* __restrict__ q,
                                                    const __nv_bfloat16* __restrict__ keys,
                                                    const long long* __restrict__ rows,
                                                    const float* __restrict__ w, float* __restrict__ out,
-                                                   int H, int D, int T, int scale_bits) {
-  __shared__ uint4 qf[2][MMA_NT][MMA_CHUNKS][32];  // q · scale as bf16 B fragments, hi and lo (32 KB)
-  __shared__ __align__(16) float ws[MAX_H];
+                                                   int H, int D, int T, int scale_bits, int S) {
+  // unit u: the q fragments of 8 heads (head tile u % nt_n) of the CTA's query u / nt_n
+  __shared__ uint4 qf[QUNITS][2][MMA_CHUNKS][32];  // q · scale as bf16 B fragments, hi and lo (32 KB)
+  __shared__ __align__(16) float ws[QUNITS * 8];
   const float scale = __int_as_float(scale_bits);
-  const int s = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, i = lane & 3;
   const int tiles = (T + TILE - 1) / TILE;
   const int per = (tiles + gridDim.x - 1) / gridDim.x;
   const int first = blockIdx.x * per, last = min(first + per, tiles);
   const bool vec = (D & 7) == 0;
   const int nchunks = (D + 31) / 32, nt_n = (H + 7) / 8;
+  // queries of this CTA: one with rows (each query its own keys), else QUNITS / nt_n sharing every
+  // key tile a warp loads (a prefill chunk's queries read the same keys: fewer loads a product)
+  const int qb = rows ? 1 : queries_per_cta(H);
+  const int s_first = blockIdx.y * qb, nq = min(qb, S - s_first);
 
   // The first tile's keys do not depend on q: in flight while the CTA converts q.
   uint4 a[2][MMA_CHUNKS];
   int tile = first + warp;
-  bool live = load_key_tile(a, keys, rows, s, tile < last ? tile * TILE : T, T, D, vec, g, i);
+  bool live = load_key_tile(a, keys, rows, s_first, tile < last ? tile * TILE : T, T, D, vec, g, i);
 
-  const float* qrow = q + (size_t)s * H * D;
-  for (int f = threadIdx.x; f < nt_n * MMA_CHUNKS * 32; f += THREADS) {
-    const int l = f & 31, c = (f >> 5) % MMA_CHUNKS, nt = (f >> 5) / MMA_CHUNKS;
-    const int h = 8 * nt + (l >> 2), d0 = 32 * c + 8 * (l & 3);
+  for (int f = threadIdx.x; f < nq * nt_n * MMA_CHUNKS * 32; f += THREADS) {
+    const int l = f & 31, c = (f >> 5) % MMA_CHUNKS, u = (f >> 5) / MMA_CHUNKS;
+    const int h = 8 * (u % nt_n) + (l >> 2), d0 = 32 * c + 8 * (l & 3);
+    const float* qrow = q + (size_t)(s_first + u / nt_n) * H * D;
     float v[8], r[8];
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
       v[k] = h < H && d0 + k < D ? qrow[(size_t)h * D + d0 + k] * scale : 0.0f;
       r[k] = v[k] - __bfloat162float(__float2bfloat16_rn(v[k]));  // exact in f32
     }
-    qf[0][nt][c][l] = make_uint4(pack_bf16(v[0], v[1]), pack_bf16(v[2], v[3]), pack_bf16(v[4], v[5]),
-                                 pack_bf16(v[6], v[7]));
-    qf[1][nt][c][l] = make_uint4(pack_bf16(r[0], r[1]), pack_bf16(r[2], r[3]), pack_bf16(r[4], r[5]),
-                                 pack_bf16(r[6], r[7]));
+    qf[u][0][c][l] = make_uint4(pack_bf16(v[0], v[1]), pack_bf16(v[2], v[3]), pack_bf16(v[4], v[5]),
+                                pack_bf16(v[6], v[7]));
+    qf[u][1][c][l] = make_uint4(pack_bf16(r[0], r[1]), pack_bf16(r[2], r[3]), pack_bf16(r[4], r[5]),
+                                pack_bf16(r[6], r[7]));
   }
-  for (int h = threadIdx.x; h < MAX_H; h += THREADS) ws[h] = h < H ? w[(size_t)s * H + h] : 0.0f;
+  for (int x = threadIdx.x; x < nq * nt_n * 8; x += THREADS) {
+    const int u = x / 8, h = 8 * (u % nt_n) + x % 8;
+    ws[x] = h < H ? w[(size_t)(s_first + u / nt_n) * H + h] : 0.0f;
+  }
   __syncthreads();
 
-  float* orow = out + (size_t)s * T;
   for (; tile < last; tile += WARPS) {
     uint4 next[2][MMA_CHUNKS];  // the warp's next tile, loading while this one computes
     const int nt0 = tile + WARPS;
-    const bool next_live = load_key_tile(next, keys, rows, s, nt0 < last ? nt0 * TILE : T, T, D, vec, g, i);
-    float s0 = 0.0f, s1 = 0.0f;  // keys g, g + 8: Σ over this lane's heads of w·relu
-    for (int hg = 0; live && hg < nt_n; hg += MMA_GROUP) {
-      float acc[MMA_GROUP][4];
+    const bool next_live = load_key_tile(next, keys, rows, s_first, nt0 < last ? nt0 * TILE : T, T, D, vec, g, i);
+    for (int j = 0; j < nq; ++j) {
+      float s0 = 0.0f, s1 = 0.0f;  // keys g, g + 8: Σ over this lane's heads of w·relu
+      for (int hg = 0; live && hg < nt_n; hg += MMA_GROUP) {
+        float acc[MMA_GROUP][4];
 #pragma unroll
-      for (int n = 0; n < MMA_GROUP; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+        for (int n = 0; n < MMA_GROUP; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 #pragma unroll
-      for (int c = 0; c < MMA_CHUNKS; ++c) {
-        if (c < nchunks) {
+        for (int c = 0; c < MMA_CHUNKS; ++c) {
+          if (c < nchunks) {
 #pragma unroll
-          for (int n = 0; n < MMA_GROUP; ++n) {
-            if (hg + n < nt_n) {
+            for (int n = 0; n < MMA_GROUP; ++n) {
+              if (hg + n < nt_n) {
 #pragma unroll
-              for (int part = 0; part < 2; ++part) {  // q's hi and lo terms
-                const uint4 b = qf[part][hg + n][c][lane];
-                mma_bf16(acc[n], a[0][c].x, a[1][c].x, a[0][c].y, a[1][c].y, b.x, b.y);
-                mma_bf16(acc[n], a[0][c].z, a[1][c].z, a[0][c].w, a[1][c].w, b.z, b.w);
+                for (int part = 0; part < 2; ++part) {  // q's hi and lo terms
+                  const uint4 b = qf[j * nt_n + hg + n][part][c][lane];
+                  mma_bf16(acc[n], a[0][c].x, a[1][c].x, a[0][c].y, a[1][c].y, b.x, b.y);
+                  mma_bf16(acc[n], a[0][c].z, a[1][c].z, a[0][c].w, a[1][c].w, b.z, b.w);
+                }
               }
             }
           }
         }
-      }
 #pragma unroll
-      for (int n = 0; n < MMA_GROUP; ++n) {
-        const float2 wv = *reinterpret_cast<const float2*>(&ws[8 * (hg + n) + 2 * i]);  // 0 past H
-        if (hg + n < nt_n) {
-          s0 += wv.x * fmaxf(acc[n][0], 0.0f) + wv.y * fmaxf(acc[n][1], 0.0f);
-          s1 += wv.x * fmaxf(acc[n][2], 0.0f) + wv.y * fmaxf(acc[n][3], 0.0f);
+        for (int n = 0; n < MMA_GROUP; ++n) {
+          if (hg + n < nt_n) {
+            const float2 wv = *reinterpret_cast<const float2*>(&ws[8 * (j * nt_n + hg + n) + 2 * i]);  // 0 past H
+            s0 += wv.x * fmaxf(acc[n][0], 0.0f) + wv.y * fmaxf(acc[n][1], 0.0f);
+            s1 += wv.x * fmaxf(acc[n][2], 0.0f) + wv.y * fmaxf(acc[n][3], 0.0f);
+          }
         }
       }
-    }
 #pragma unroll
-    for (int o = 1; o < 4; o <<= 1) {
-      s0 += __shfl_xor_sync(0xffffffffu, s0, o);
-      s1 += __shfl_xor_sync(0xffffffffu, s1, o);
+      for (int o = 1; o < 4; o <<= 1) {
+        s0 += __shfl_xor_sync(0xffffffffu, s0, o);
+        s1 += __shfl_xor_sync(0xffffffffu, s1, o);
+      }
+      const int s = s_first + j, t = tile * TILE + g + (i == 1 ? 8 : 0);
+      if (i < 2 && t < T) out[(size_t)s * T + t] = key_row(rows, s, T, t) < 0 ? EMPTY_SCORE : (i == 0 ? s0 : s1);
     }
-    const int t = tile * TILE + g + (i == 1 ? 8 : 0);
-    if (i < 2 && t < T) orow[t] = key_row(rows, s, T, t) < 0 ? EMPTY_SCORE : (i == 0 ? s0 : s1);
 #pragma unroll
     for (int r = 0; r < 2; ++r)
 #pragma unroll
@@ -271,13 +286,13 @@ __device__ __forceinline__ void indexer_scores_mma(const float* __restrict__ q,
 extern "C" __global__ void __launch_bounds__(THREADS, 2)
 day0_indexer_scores_bf16_mma(const float* __restrict__ q, const __nv_bfloat16* __restrict__ keys,
                              const float* __restrict__ w, float* __restrict__ out, int H, int D,
-                             int T, int scale_bits) {
-  indexer_scores_mma(q, keys, nullptr, w, out, H, D, T, scale_bits);
+                             int T, int scale_bits, int S) {
+  indexer_scores_mma(q, keys, nullptr, w, out, H, D, T, scale_bits, S);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 2)
 day0_indexer_scores_rows_bf16_mma(const float* __restrict__ q, const __nv_bfloat16* __restrict__ keys,
                                   const long long* __restrict__ rows, const float* __restrict__ w,
                                   float* __restrict__ out, int H, int D, int T, int scale_bits) {
-  indexer_scores_mma(q, keys, rows, w, out, H, D, T, scale_bits);
+  indexer_scores_mma(q, keys, rows, w, out, H, D, T, scale_bits, gridDim.y);
 }

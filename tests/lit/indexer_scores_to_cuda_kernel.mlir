@@ -7,7 +7,7 @@
 // GONE-NOT: torch.day0.indexer_scores
 
 // q, keys, weights read-only, scores written; H, D, T and the scale's bits as constants.
-// CHECK: #pipeline_layout = #hal.pipeline.layout<constants = 4, bindings = [#hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer>]>
+// CHECK: #pipeline_layout = #hal.pipeline.layout<constants = 5, bindings = [#hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer>]>
 // The rows form: q, pool, rows, weights read-only.
 // CHECK: #pipeline_layout1 = #hal.pipeline.layout<constants = 4, bindings = [#hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer>]>
 
@@ -84,20 +84,25 @@ func.func @paged_decode_dynamic(%q: !torch.vtensor<[?,16,64],f32>, %k: !torch.vt
 // CHECK: hal.executable.export public @day0_indexer_scores_rows_bf16 ordinal(4)
 // CHECK: hal.executable.export public @day0_indexer_scores_rows_bf16_mma ordinal(5)
 
-// Dynamic keys, tensor cores: the grid's x is min(ceil(T / 128), max(264, ceil(T / 2048))) at run time.
+// Dynamic keys, tensor cores: the grid's x is min(ceil(T / 128), max(264, ceil(T / 2048))) at run time,
+// its y ceil(S / 4): a CTA takes the 4 queries whose 16 heads fill its 8 q units; S goes as a constant.
 // CHECK-LABEL: func.func private @day0_indexer_scores_bf16_mma_H16_D64_Tq_s3e000000(
 // CHECK: [[S:%.+]] = tensor.dim %arg0, %c0 : tensor<?x16x64xf32>
+// CHECK: [[GY:%.+]] = arith.ceildivui [[S]], %c4 : index
+// CHECK: [[S32:%.+]] = arith.index_cast [[S]] : index to i32
 // CHECK: [[T:%.+]] = tensor.dim %arg1, %c0 : tensor<?x64xbf16>
 // CHECK: [[GX0:%.+]] = arith.ceildivui [[T]], %c128 : index
 // CHECK: [[LONG:%.+]] = arith.ceildivui [[T]], %c2048 : index
 // CHECK: [[CAP:%.+]] = arith.maxui %c264, [[LONG]] : index
 // CHECK: [[GX:%.+]] = arith.minui [[GX0]], [[CAP]] : index
 // CHECK: [[T32:%.+]] = arith.index_cast [[T]] : index to i32
-// CHECK: flow.dispatch @day0_indexer_scores::@day0_indexer_scores_bf16_mma[[[GX]], [[S]]](%c16_i32, %c64_i32, [[T32]], %c1040187392_i32, %arg0, %arg1, %arg2) : ({{.*}}) -> tensor<?x?xf32>{[[S]], [[T]]}
+// CHECK: flow.dispatch @day0_indexer_scores::@day0_indexer_scores_bf16_mma[[[GX]], [[GY]]](%c16_i32, %c64_i32, [[T32]], %c1040187392_i32, [[S32]], %arg0, %arg1, %arg2) : ({{.*}}) -> tensor<?x?xf32>{[[S]], [[T]]}
 
-// Static keys, tensor cores: min(ceil(100000 / 128), max(264, ceil(100000 / 2048))) = 264 CTAs per query.
+// Static keys, tensor cores: min(ceil(100000 / 128), max(264, ceil(100000 / 2048))) = 264 CTAs per
+// 2 queries (32 heads: 4 units a query).
 // CHECK-LABEL: func.func private @day0_indexer_scores_bf16_mma_H32_D128_T100000_s3e000000(
-// CHECK: flow.dispatch @day0_indexer_scores::@day0_indexer_scores_bf16_mma[%c264, %dim](%c32_i32, %c128_i32, %c100000_i32, %c1040187392_i32, %arg0, %arg1, %arg2)
+// CHECK: [[GY:%.+]] = arith.ceildivui %dim, %c2 : index
+// CHECK: flow.dispatch @day0_indexer_scores::@day0_indexer_scores_bf16_mma[%c264, [[GY]]](%c32_i32, %c128_i32, %c100000_i32, %c1040187392_i32, {{%.+}}, %arg0, %arg1, %arg2)
 
 // tensor-cores=false: the exact kernel, grid x = ceil(T / 128).
 // EXACT-LABEL: func.func private @day0_indexer_scores_bf16_H16_D64_Tq_s3e000000(
@@ -105,17 +110,17 @@ func.func @paged_decode_dynamic(%q: !torch.vtensor<[?,16,64],f32>, %k: !torch.vt
 // EXACT: [[T:%.+]] = tensor.dim %arg1, %c0 : tensor<?x64xbf16>
 // EXACT: [[GX:%.+]] = arith.ceildivui [[T]], %c128 : index
 // EXACT: [[T32:%.+]] = arith.index_cast [[T]] : index to i32
-// EXACT: flow.dispatch @day0_indexer_scores::@day0_indexer_scores_bf16[[[GX]], [[S]]](%c16_i32, %c64_i32, [[T32]], %c1040187392_i32, %arg0, %arg1, %arg2) : ({{.*}}) -> tensor<?x?xf32>{[[S]], [[T]]}
+// EXACT: flow.dispatch @day0_indexer_scores::@day0_indexer_scores_bf16[[[GX]], {{%.+}}](%c16_i32, %c64_i32, [[T32]], %c1040187392_i32, {{%.+}}, %arg0, %arg1, %arg2) : ({{.*}}) -> tensor<?x?xf32>{[[S]], [[T]]}
 // EXACT-LABEL: func.func private @day0_indexer_scores_bf16_H32_D128_T100000_s3e000000(
-// EXACT: flow.dispatch @day0_indexer_scores::@day0_indexer_scores_bf16[%c782, %dim]
+// EXACT: flow.dispatch @day0_indexer_scores::@day0_indexer_scores_bf16[%c782, {{%.+}}]
 
 // Static keys: 1024 / 128 = 8 CTAs per query.
 // CHECK-LABEL: func.func private @day0_indexer_scores_f32_H16_D64_T1024_s3e000000(
-// CHECK: flow.dispatch @day0_indexer_scores::@day0_indexer_scores_f32[%c8, %dim](%c16_i32, %c64_i32, %c1024_i32, %c1040187392_i32, %arg0, %arg1, %arg2)
+// CHECK: flow.dispatch @day0_indexer_scores::@day0_indexer_scores_f32[%c8, {{%.+}}](%c16_i32, %c64_i32, %c1024_i32, %c1040187392_i32, {{%.+}}, %arg0, %arg1, %arg2)
 
 // The rows form's key count comes from the rows (dim 1), the pool's rows pass as they are.
 // CHECK-LABEL: func.func private @day0_indexer_scores_rows_f32_H16_D64_Tq_s3e000000(
-// CHECK: [[N:%.+]] = tensor.dim %arg1, %c0 : tensor<?x64xf32>
 // CHECK: [[S:%.+]] = tensor.dim %arg0, %c0 : tensor<?x16x64xf32>
+// CHECK: [[N:%.+]] = tensor.dim %arg1, %c0 : tensor<?x64xf32>
 // CHECK: [[T:%.+]] = tensor.dim %arg2, %c1 : tensor<?x?xi64>
 // CHECK: flow.dispatch @day0_indexer_scores::@day0_indexer_scores_rows_f32[{{%.+}}, [[S]]]({{.*}}, %arg0, %arg1, %arg2, %arg3) : (i32, i32, i32, i32, tensor<?x16x64xf32>{[[S]]}, tensor<?x64xf32>{[[N]]}, tensor<?x?xi64>{[[S]], [[T]]}, tensor<?x16xf32>{[[S]]}) -> tensor<?x?xf32>{[[S]], [[T]]}

@@ -1,7 +1,7 @@
 """Device time of each of day0's hand-written CUDA kernels alone, at the benchmark shapes (those of
 tools/bench/bench_gpu.py's `full` config), beside its bandwidth limit. GPU host with PyTorch:
 
-    python -m day0.tools.bench.gpu_kernel_times [PTX_DIR] [--json OUT] [--pieces indexer,dsa,moe,moe_gemm,topk]
+    python -m day0.tools.bench.gpu_kernel_times [PTX_DIR] [--json OUT] [--pieces indexer,indexer_prefill,dsa,moe,moe_gemm,topk]
 
 PTX_DIR holds the committed *.sm_90.ptx (default: this package's lowering/kernels/). Every
 kernel is launched through the CUDA driver (tools/bench/cuda_launch.py) with exactly the grid, buffers
@@ -79,9 +79,15 @@ class Launch:
 def indexer_launch(kernel: str, S: int, H: int, D: int, T: int, scale: float, grid_x: int | None = None) -> Launch:
     """kernel: f32 | bf16 (exact FMAs) | bf16_mma (tensor cores). grid_x: another grid (the
     tensor-core kernel takes any; the pass's by default)."""
-    grid = kg.indexer_grid(kernel, S, T) if grid_x is None else (grid_x, S, 1)
+    grid = kg.indexer_grid(kernel, S, T, H)
+    if grid_x is not None:
+        grid = (grid_x, *grid[1:])
     return Launch(
-        kg.INDEXER_SCORES.ptx, kg.indexer_entry(kernel), grid, ("q", "keys", "w", "out"), (H, D, T, kg.f32_bits(scale))
+        kg.INDEXER_SCORES.ptx,
+        kg.indexer_entry(kernel),
+        grid,
+        ("q", "keys", "w", "out"),
+        (H, D, T, kg.f32_bits(scale), S),
     )
 
 
@@ -327,6 +333,42 @@ def bench_indexer(run: Runner, T: int) -> list[dict]:
     return results
 
 
+def bench_indexer_prefill(run: Runner, T: int) -> dict:
+    """The tensor-core kernel on a prefill chunk of the 4.9B benchmark model (512 queries of 16
+    heads × 128, bf16 keys) over T keys: µs, TFLOP/s of the scores (2·S·H·D·T, one term), and
+    the first 8 queries against the exact-q reference."""
+    import torch
+
+    S, H, D = 512, 16, 128
+    g = torch.Generator(device="cuda").manual_seed(T)
+    t = {
+        "q": torch.randn(S, H, D, device="cuda", generator=g),
+        "w": torch.rand(S, H, device="cuda", generator=g),
+        "keys": torch.randn(T, D, device="cuda", generator=g).to(torch.bfloat16),
+        "out": torch.full((S, T), float("nan"), device="cuda"),
+    }
+    scale = D**-0.5
+    launch = indexer_launch("bf16_mma", S, H, D, T, scale)
+    run(launch, t)
+    torch.cuda.synchronize()
+    ref = indexer_reference(t["q"][:8], t["keys"], t["w"][:8], scale)
+    cold, hot = _time(run, lambda i: [(launch, t)], 1)
+    res = {
+        "piece": "indexer_prefill",
+        "kernel": f"{launch.entry} S={S} H={H}",
+        "S": S,
+        "H": H,
+        "T": T,
+        "grid": list(launch.grid),
+        "us": round(cold, 1),
+        "tflops": round(2 * S * H * D * T / cold / 1e6, 1),
+        "rel_err": _rel(t["out"][:8], ref),
+        "ok": _rel(t["out"][:8], ref) < 1e-4,
+    }
+    print(json.dumps(res), flush=True)
+    return res
+
+
 def check_indexer_shapes(run: Runner) -> list[dict]:
     """The tensor-core kernel on prefill and odd shapes (H > 32, H and D not multiples of 8, T not
     a multiple of 16, one CTA for all keys) against the bf16-q reference (f32 accumulation: ~1e-6)."""
@@ -341,6 +383,8 @@ def check_indexer_shapes(run: Runner) -> list[dict]:
         (1, 32, 128, 100_000, 1),
         (4, 61, 120, 3000, 2),
         (1, 1, 1, 17, None),
+        (13, 16, 128, 2500, None),  # a prefill chunk's form: 4 queries a CTA, the last CTA with 1
+        (7, 24, 128, 1000, None),  # 2 queries a CTA (3 head tiles each), the last with 1
     ]
     results = []
     for S, H, D, T, gx in cases:
@@ -399,7 +443,7 @@ def check_indexer_rows(run: Runner) -> list[dict]:
         res = {"piece": "indexer_rows_check", "S": S, "H": H, "D": D, "T": T}
         for kernel in ("rows_bf16_mma", "rows_bf16"):
             t["out"].fill_(float("nan"))
-            grid = kg.indexer_grid(kernel, S, T)
+            grid = kg.indexer_grid(kernel, S, T, H)
             run(
                 Launch(
                     kg.INDEXER_SCORES.ptx,
@@ -837,7 +881,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="day0-gpu-kernel-times")
     p.add_argument("ptx_dir", nargs="?", default=str(Path(__file__).resolve().parents[2] / "lowering" / "kernels"))
     p.add_argument("--json", default=None)
-    p.add_argument("--pieces", default="indexer,dsa,moe,moe_gemm,topk")
+    p.add_argument("--pieces", default="indexer,indexer_prefill,dsa,moe,moe_gemm,topk")
     p.add_argument("--contexts", default=",".join(map(str, CONTEXTS)))
     a = p.parse_args(argv)
     import torch
@@ -850,6 +894,10 @@ def main(argv=None) -> int:
         results += check_indexer_shapes(run)
         results += check_indexer_rows(run)
         results += _over_contexts(bench_indexer, run, contexts)
+    if "indexer_prefill" in pieces:
+        for T in (4096, 32768, 131072):
+            results.append(bench_indexer_prefill(run, T))
+            torch.cuda.empty_cache()
     if "dsa" in pieces:
         results += check_dsa_shapes(run)
         results += bench_dsa_batch(run)
