@@ -45,6 +45,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from day0.tools.bench import bench_gpu_long  # (its module top imports nothing heavy)
+
 CONFIGS = {
     "full": {
         "moe": {"experts": 288, "top_k": 8, "hidden": 4096, "intermediate": 2048},
@@ -189,14 +191,7 @@ def package(out: Path, config: str, target: str, pieces=PIECES, cache: Path = Pa
     import torch
 
     from day0.lowering.targets import DsaShape, get_target
-    from day0.tools.bench import (
-        bench_e2e,
-        bench_gpu_default,
-        bench_gpu_engine,
-        bench_gpu_glm5,
-        bench_gpu_long,
-        bench_gpu_vision,
-    )
+    from day0.tools.bench import bench_e2e, bench_gpu_default, bench_gpu_engine, bench_gpu_glm5, bench_gpu_vision
 
     cfg = CONFIGS[config]
     out.mkdir(parents=True, exist_ok=True)
@@ -444,14 +439,7 @@ def run_dsa(pkg: Path, spec: dict, T: int, dev: str, device: str, bw: float) -> 
 def run(pkg: Path, device: str, json_out: Path | None, pieces=PIECES) -> list[dict]:
     import torch
 
-    from day0.tools.bench import (
-        bench_e2e,
-        bench_gpu_default,
-        bench_gpu_engine,
-        bench_gpu_glm5,
-        bench_gpu_long,
-        bench_gpu_vision,
-    )
+    from day0.tools.bench import bench_e2e, bench_gpu_default, bench_gpu_engine, bench_gpu_glm5, bench_gpu_vision
 
     spec = json.loads((pkg / "bench.json").read_text())
     pieces = [p for p in pieces if p in spec.get("pieces", ("moe", "dsa"))]
@@ -500,14 +488,7 @@ def run(pkg: Path, device: str, json_out: Path | None, pieces=PIECES) -> list[di
 
 
 def table(results: list[dict]) -> str:
-    from day0.tools.bench import (
-        bench_e2e,
-        bench_gpu_default,
-        bench_gpu_engine,
-        bench_gpu_glm5,
-        bench_gpu_long,
-        bench_gpu_vision,
-    )
+    from day0.tools.bench import bench_e2e, bench_gpu_default, bench_gpu_engine, bench_gpu_glm5, bench_gpu_vision
 
     bw = results[0]
     lines = [

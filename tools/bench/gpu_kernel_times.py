@@ -333,6 +333,18 @@ def bench_indexer(run: Runner, T: int) -> list[dict]:
     return results
 
 
+def _indexer_inputs(S: int, H: int, D: int, T: int, g) -> dict:
+    """Random q [S, H, D], w [S, H], bf16 keys [T, D] and a NaN-filled out [S, T] on the GPU."""
+    import torch
+
+    return {
+        "q": torch.randn(S, H, D, device="cuda", generator=g),
+        "w": torch.rand(S, H, device="cuda", generator=g),
+        "keys": torch.randn(T, D, device="cuda", generator=g).to(torch.bfloat16),
+        "out": torch.full((S, T), float("nan"), device="cuda"),
+    }
+
+
 def bench_indexer_prefill(run: Runner, T: int) -> dict:
     """The tensor-core kernel on a prefill chunk of the 4.9B benchmark model (512 queries of 16
     heads × 128, bf16 keys) over T keys: µs, TFLOP/s of the scores (2·S·H·D·T, one term), and
@@ -340,13 +352,7 @@ def bench_indexer_prefill(run: Runner, T: int) -> dict:
     import torch
 
     S, H, D = 512, 16, 128
-    g = torch.Generator(device="cuda").manual_seed(T)
-    t = {
-        "q": torch.randn(S, H, D, device="cuda", generator=g),
-        "w": torch.rand(S, H, device="cuda", generator=g),
-        "keys": torch.randn(T, D, device="cuda", generator=g).to(torch.bfloat16),
-        "out": torch.full((S, T), float("nan"), device="cuda"),
-    }
+    t = _indexer_inputs(S, H, D, T, torch.Generator(device="cuda").manual_seed(T))
     scale = D**-0.5
     launch = indexer_launch("bf16_mma", S, H, D, T, scale)
     run(launch, t)
@@ -388,12 +394,7 @@ def check_indexer_shapes(run: Runner) -> list[dict]:
     ]
     results = []
     for S, H, D, T, gx in cases:
-        t = {
-            "q": torch.randn(S, H, D, device="cuda", generator=g),
-            "w": torch.rand(S, H, device="cuda", generator=g),
-            "keys": torch.randn(T, D, device="cuda", generator=g).to(torch.bfloat16),
-            "out": torch.full((S, T), float("nan"), device="cuda"),
-        }
+        t = _indexer_inputs(S, H, D, T, g)
         scale = D**-0.5
         res = {"piece": "indexer_check", "S": S, "H": H, "D": D, "T": T, "grid_x": gx}
         for kernel in ("bf16_mma", "bf16"):
