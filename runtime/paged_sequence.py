@@ -9,7 +9,10 @@ SCRATCH_BLOCK and slot SCRATCH_SLOT are the entry points' scratch, the sequence'
 blocks 1..n in order and its slot is 1.
 
 Growing copies the old pools into new ones on the device (one command buffer) and zero-fills the
-rest; the slot tensors do not change size.
+rest; the slot tensors do not change size. Old and new pools live together while it copies, so
+when the device cannot hold the doubled pools it tries the blocks the call needs alone, and when
+it cannot hold those either the call is refused (`error`, naming the bytes) before anything runs:
+the sequence stays as it was.
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ SLOT = 1  # the sequence's slot (0: scratch)
 class PagedSequence:
     """The pools and slots of one sequence (module docstring) and the calls that advance it."""
 
-    def __init__(self, manifest: Manifest, vm):
-        self.layout, self._vm = manifest.paged, vm
+    def __init__(self, manifest: Manifest, vm, error: type[Exception] = RuntimeError):
+        self.layout, self._vm, self._error = manifest.paged, vm, error
         self.max_seq_len, self.vocab_size = manifest.max_seq_len, manifest.vocab_size
         self.static_chunk = manifest.paged_prefill_chunk
         self.images = PAGED_IMAGE_PREFILL in manifest.entry_points
@@ -65,15 +68,26 @@ class PagedSequence:
         if need <= self.capacity:
             return
         most = 1 + blocks_for(self.max_seq_len, self.layout.block_size)
-        self._grow(min(max(need, 2 * self.capacity), most))
+        for blocks in dict.fromkeys((min(max(need, 2 * self.capacity), most), need)):  # doubled, else exact
+            try:
+                buffers = [_device_buffer(self._vm.device, blocks * p.nbytes) for p in self.layout.pools]
+            except (RuntimeError, ValueError, MemoryError) as e:  # the device is out of memory
+                why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                continue
+            self._grow(blocks, buffers)
+            return
+        raise self._error(
+            f"the sequence needs {positions} positions: pools of {need} blocks ({need * self.layout.block_bytes} "
+            f"bytes) beside the {self.capacity} blocks it holds ({self.capacity * self.layout.block_bytes} bytes), "
+            f"which the device could not allocate ({why})"
+        )
 
-    def _grow(self, blocks: int) -> None:
+    def _grow(self, blocks: int, buffers: list) -> None:
         device = self._vm.device
         copy = rt.HalCommandBuffer(device)
         grown = []
-        for p, old in zip(self.layout.pools, self._state):
+        for p, old, buffer in zip(self.layout.pools, self._state, buffers):
             have, want = self.capacity * p.nbytes, blocks * p.nbytes
-            buffer = _device_buffer(device, want)
             copy.copy(old._buffer_view.get_buffer(), buffer, 0, 0, have)
             copy.fill(buffer, np.zeros(1, np.uint32), have, want - have)
             view = rt.HalBufferView(buffer, [blocks * p.shape[0], *p.shape[1:]], old._buffer_view.element_type)

@@ -99,7 +99,7 @@ class Session:
         elif paged and manifest.paged is None:
             raise SessionError("paged=True: this artifact has no paged entry points (compile it with --max-batch)")
         # the sequence's state over the paged entry points (None: the dense ones)
-        self._paged = PagedSequence(manifest, vm) if paged else None
+        self._paged = PagedSequence(manifest, vm, SessionError) if paged else None
         self._busy = threading.RLock()  # re-entrant: generate calls prefill_greedy on its thread
         self.max_seq_len: int = manifest.max_seq_len
         self.vocab_size: int = manifest.vocab_size
@@ -253,6 +253,7 @@ class Session:
         """_run_prompt over the paged entry points: static chunks as the dense path runs them
         (the last one overlapping) when only the last row matters, else dynamic pieces of at
         most PROMPT_PIECE tokens (a long prompt's logits never in one call)."""
+        self._paged.ensure(self._pos + ids.size)  # grown (or refused) before any piece runs
         c = self._paged.static_chunk
         if want != "logits" and c and ids.size >= c:
             pieces, done = [], 0

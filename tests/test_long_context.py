@@ -133,3 +133,35 @@ def test_session_paged_needs_paged_entry_points(artifact):
     dense_only = dataclasses.replace(read_manifest(artifact("ds-sparse")), paged=None)
     with pytest.raises(SessionError, match="no paged entry points"):
         Session(artifact("ds-sparse"), dense_only, vm=None, paged=True)  # refused before the device
+
+
+def test_paged_session_refuses_what_the_device_cannot_hold(long_artifact, monkeypatch):
+    """Growing pools that the device cannot double take the blocks the call needs alone; when
+    those do not fit either, the call is refused with the bytes (nothing runs, the sequence is
+    as it was and goes on)."""
+    from day0.runtime import paged_sequence
+
+    art = long_artifact("ds-sparse")
+    s, dense = Session.load(art), Session.load(art, paged=False)
+    rng = np.random.default_rng(6)
+    first, more, too_many = (rng.integers(0, 100, n).tolist() for n in (100, 100, 200))
+    for x in (s, dense):
+        x.prefill(first)
+    assert s._paged.capacity == 10  # 1 + 7 blocks of 16 needed, doubled from 5
+    largest = max(p.nbytes for p in s.manifest.paged.pools)  # a block of the largest pool
+    real = paged_sequence._device_buffer
+
+    def device_of_14_blocks(device, size):
+        if size > 14 * largest:
+            raise RuntimeError("RESOURCE_EXHAUSTED; out of memory (the test's device)")
+        return real(device, size)
+
+    monkeypatch.setattr(paged_sequence, "_device_buffer", device_of_14_blocks)
+    assert rel_err(s.prefill(more), dense.prefill(more)) < 1e-5  # 200 positions: 14 blocks, not 20
+    assert s._paged.capacity == 14
+    with pytest.raises(
+        SessionError, match=r"needs 400 positions: pools of 26 blocks \(\d+ bytes\).*could not allocate"
+    ):
+        s.prefill(too_many)
+    assert s.position == 200 and s._paged.capacity == 14
+    assert rel_err(s.decode(5), dense.decode(5)) < 1e-5
