@@ -36,7 +36,6 @@ class PagedSequence:
         self.layout, self._vm, self._error = manifest.paged, vm, error
         self.max_seq_len, self.vocab_size = manifest.max_seq_len, manifest.vocab_size
         self.static_chunk = manifest.paged_prefill_chunk
-        self.images = PAGED_IMAGE_PREFILL in manifest.entry_points
         most = blocks_for(self.max_seq_len, self.layout.block_size)
         longest = max(self.max_seq_len, self.static_chunk)
         # prev [largest batch]: the entry points' shape for it (this Session never reads it)
@@ -56,10 +55,6 @@ class PagedSequence:
 
     def _zeros(self, pool, blocks: int):
         return self._vm.to_device(np.zeros((blocks * pool.shape[0], *pool.shape[1:]), np_dtype(pool.dtype)))
-
-    def device_bytes(self) -> int:
-        """Bytes the pools and slots hold on the device now."""
-        return self.capacity * self.layout.block_bytes + (SLOT + 1) * self.layout.slot_bytes
 
     def ensure(self, positions: int) -> None:
         """Pools that hold `positions` positions: doubled (at most to max_seq_len's blocks) when

@@ -245,27 +245,12 @@ class Session:
         """_run over the paged entry points (one call: PagedSequence.run)."""
         host, nxt = self._paged.run(ids, self._pos, want == "logits", extra)
         self._pos += ids.size
-        if want == "next":
-            return nxt
-        return host if want == "logits" else None
+        return nxt if want == "next" else host  # (host: None unless the logits were asked for)
 
-    def _paged_prompt(self, ids: np.ndarray, want: str | None) -> list:
-        """_run_prompt over the paged entry points: static chunks as the dense path runs them
-        (the last one overlapping) when only the last row matters, else dynamic pieces of at
-        most PROMPT_PIECE tokens (a long prompt's logits never in one call)."""
-        self._paged.ensure(self._pos + ids.size)  # grown (or refused) before any piece runs
-        c = self._paged.static_chunk
-        if want != "logits" and c and ids.size >= c:
-            pieces, done = [], 0
-            while done < ids.size:
-                start = min(done, ids.size - c)
-                self._pos -= done - start  # back to the first re-run token's position
-                last = start + c >= ids.size
-                pieces.append((self._run_paged(ids[start : start + c], want if last else None), done - start))
-                done = start + c
-            return pieces
-        piece = max(PROMPT_PIECE, c)
-        cuts = list(range(0, ids.size, piece))
+    def _paged_pieces(self, ids: np.ndarray, want: str | None) -> list:
+        """_run_prompt's dynamic pieces over the paged entry points, at most PROMPT_PIECE tokens
+        each (a long prompt's logits never in one call)."""
+        cuts = list(range(0, ids.size, max(PROMPT_PIECE, self._paged.static_chunk)))
         if len(cuts) > 1 and ids.size - cuts[-1] == 1:  # no lone last token: it would run as a decode step
             cuts[-1] -= 1
         pieces = []
@@ -281,10 +266,13 @@ class Session:
         prompt's. With a static prefill length C and n >= C tokens the prompt runs in chunks of
         C; the last chunk ends at the prompt's end and so re-runs the tokens it shares with the
         one before at their own positions, rewriting the same state rows (exact for
-        position-indexed state, the only kind such artifacts have)."""
-        if self._paged is not None:
-            return self._paged_prompt(ids, want)
+        position-indexed state, the only kind such artifacts have). Over the paged entry points
+        the pools are grown first (or the call refused) and the static chunk runs only when the
+        last row alone is wanted; the rest runs in _paged_pieces."""
         c = self._chunk_len
+        if self._paged is not None:
+            self._paged.ensure(self._pos + ids.size)  # grown (or refused) before any piece runs
+            c = self._paged.static_chunk if want != "logits" else 0
         if c and ids.size >= c:
             pieces, done = [], 0
             while done < ids.size:
@@ -295,6 +283,8 @@ class Session:
                 pieces.append((self._run(self._chunk, ids[start : start + c], piece_want), done - start))
                 done = start + c
             return pieces
+        if self._paged is not None:
+            return self._paged_pieces(ids, want)
         if ids.size == 1:  # prefill is exported for S >= 2; one token is a decode step
             return [(self._run(self._decode, ids, want), 0)]
         return [(self._run(self._prefill_first if self._pos == 0 else self._prefill, ids, want), 0)]

@@ -246,20 +246,21 @@ class StepCaller(_Caller):
         DeviceArray (consumed as by the entry point); it returns `results` results. Returns (host
         copies of the results at indices `read`, the results after the first `outputs` as
         DeviceArrays): the image entry points (Session, the Engine's encoders)."""
-        views = [None if _upload_type(a) else a for a in args]
+        views, staged = [], []  # staged: the arguments uploaded through the pinned buffer
+        for i, a in enumerate(args):
+            if _upload_type(a):
+                staged.append(i)
+                views.append(None)
+            else:
+                views.append((self._vm.to_device(a) if isinstance(a, np.ndarray) else a)._buffer_view)
         at = self._value
-        staged = [(i, a) for i, a in enumerate(args) if _upload_type(a)]
         if staged:
-            copy, uploaded = self._upload([a for _, a in staged])
+            copy, uploaded = self._upload([args[i] for i in staged])
             self._device.queue_execute(copy, self._fence(at), self._fence(at + 1))
             at += 1
-            for (i, _), view in zip(staged, uploaded):
+            for i, view in zip(staged, uploaded):
                 views[i] = view
-        views = [v if isinstance(v, rt.HalBufferView) else self._device_view(v) for v in views]
         return self._run(name, views, at, results, read, outputs)
-
-    def _device_view(self, a) -> rt.HalBufferView:
-        return (self._vm.to_device(a) if isinstance(a, np.ndarray) else a)._buffer_view
 
     def _upload(self, arrays: Sequence[np.ndarray]):
         """(an ended command buffer copying `arrays` from the pinned upload buffer into their device

@@ -203,3 +203,20 @@ def test_visual_token_eviction_frees_the_image_blocks(glm5_vision_artifact, orac
         f"eviction: {len(whole)} blocks ({saved} bytes) of {image.sum()} image tokens freed; decode rows max rel change "
         f"{change:.2e}, greedy agreement {agree:.2f} over {len(tokens)} tokens"
     )
+
+
+def test_paged_session_with_images_equals_the_dense_one(glm5_vision_artifact):
+    """Session over the paged entry points (paged_prefill_mm for the prompt with an image): the
+    dense Session's prompt logits and greedy tokens."""
+    from day0.runtime.session import Session
+
+    dense, paged = Session.load(glm5_vision_artifact), Session.load(glm5_vision_artifact, paged=True)
+    token = dense.vision.image_token_id
+    ids = [5, 6, token - 2, token, token - 1, 7, 8]
+    images = [_png(112, 140, 4)]
+    want = dense.prefill(ids, images=images)
+    got = paged.prefill(ids, images=images)
+    assert np.abs(got - want).max() / np.abs(want).max() < 1e-5
+    dense.reset()
+    paged.reset()
+    assert paged.generate(ids, max_new_tokens=6, images=images) == dense.generate(ids, max_new_tokens=6, images=images)
