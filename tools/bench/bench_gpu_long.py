@@ -188,6 +188,8 @@ def run(pkg: Path, spec: dict, device: str, bw: float) -> dict:
     """The long-context rows (module docstring); bw: the device's copy bandwidth, bytes/s."""
     import numpy as np
 
+    from day0.runtime.artifact import read_manifest
+    from day0.runtime.blocks import blocks_for
     from day0.runtime.engine import Engine
     from day0.tools.bench import bench_checkpoint, bench_e2e, bench_gpu_engine
 
@@ -199,11 +201,9 @@ def run(pkg: Path, spec: dict, device: str, bw: float) -> dict:
     rng = np.random.default_rng(s["seed"])
     longest = max(s["lengths"])
     art = pkg / s["artifact"]
-    from day0.runtime.artifact import read_manifest
-
     manifest = read_manifest(art, verify=False, checkpoint_dir=ckpt)
     block = manifest.paged.block_size
-    blocks = -(-(longest + WARM + STEPS + 2) // block) + -(-(s["ttft"] + 1) // block) + 1
+    blocks = blocks_for(longest + WARM + STEPS + 2, block) + blocks_for(s["ttft"] + 1, block) + 1  # + scratch
     t0 = time.perf_counter()
     eng = Engine.load(
         art, device=device, verify=False, checkpoint_dir=ckpt, num_blocks=blocks, max_running=2, chunk=s.get("chunk")
@@ -248,12 +248,12 @@ def run(pkg: Path, spec: dict, device: str, bw: float) -> dict:
     res["fill_s"] = time.perf_counter() - t0
     print(f"long: pool filled to {longest} in {res['fill_s']:.1f} s", flush=True)
     res["rows"], chunk_s = [], {}
+    row_bytes = {p.kind: p.nbytes // p.shape[0] for p in manifest.paged.pools}  # a pool row's bytes
     for length in s["lengths"]:
         times = [_chunk(eng, seq, ids, length, False)[1] for _ in range(4)][1:]
         chunk_s[length] = float(np.median(times))
         decode_s = _decode_at(eng, seq, ids, length, rng)
         need = bench_gpu_engine.step_bytes(raw, weights, manifest, 1, length)
-        row_bytes = {p.kind: p.nbytes // p.shape[0] for p in manifest.paged.pools}
         indexer = raw["num_hidden_layers"] * length * row_bytes["indexer_keys"]
         flops = chunk_flops(raw, weights, c, length)
         row = {
