@@ -117,6 +117,8 @@ def test_bench_gpu_package_runs_from_its_own_sources(tmp_path):
     for row in long["rows"]:
         assert min(row[k] for k in ("decode_ms", "limit_ms", "chunk_ms", "chunk_of_peak", "ttft_estimate_s")) > 0
     assert long["ttft_s"] > 0 and "long context (max_seq_len" in p.stdout
+    # one chunk at the longest length profiled (no kernels on the CPU: the wall time)
+    assert long["chunk_profile"]["length"] == max(spec["long"]["lengths"]) and long["chunk_profile"]["wall_ms"] > 0
 
 
 def test_bench_gpu_package_of_some_pieces_imports_from_its_own_sources(tmp_path):

@@ -23,6 +23,8 @@ length (+ the steps) and one short request beside it:
   lengths for each L: decode ms per token (median of STEPS Engine steps of the sequence set to
           length L: its lookahead path, what a user's generation gets) and one static prompt
           chunk ending at L (median of 3: its ms, tokens/s, and its FLOPs ÷ PEAK_FLOPS);
+  profile one more prompt chunk at the longest length under torch.profiler (CUPTI): its kernels
+          by device time (tools/bench/gpu_artifact_profile.py), where a long chunk's time goes;
   ttft_estimate  time to first token of an L-token prompt, summed over its chunks from the
           chunk times measured at the lengths (linear between them): an estimate, labelled so;
   limits  a decode step's bytes (weights read, indexer keys of L positions, top-k latent rows:
@@ -55,6 +57,7 @@ SETTINGS = {
 }
 SEED = 0
 SHIPPED = ["tools/bench/bench_gpu_long.py", "tools/bench/bench_gpu_engine.py"]
+PROFILE_TOP = 12  # kernels kept from the chunk's profile
 
 
 def package(out: Path, config: str, target: str, cache: Path, engine: dict | None) -> dict:
@@ -191,7 +194,7 @@ def run(pkg: Path, spec: dict, device: str, bw: float) -> dict:
     from day0.runtime.artifact import read_manifest
     from day0.runtime.blocks import blocks_for
     from day0.runtime.engine import Engine
-    from day0.tools.bench import bench_checkpoint, bench_e2e, bench_gpu_engine
+    from day0.tools.bench import bench_checkpoint, bench_e2e, bench_gpu_engine, gpu_artifact_profile
 
     s = spec["long"]
     dev = "cuda" if device.startswith("cuda") else "cpu"
@@ -270,6 +273,10 @@ def run(pkg: Path, spec: dict, device: str, bw: float) -> dict:
         print("long row", json.dumps(row), flush=True)
     for row in res["rows"]:
         row["ttft_estimate_s"] = ttft_estimate(chunk_s, c, row["length"])
+    prof = gpu_artifact_profile.profile_call(lambda: _chunk(eng, seq, ids, longest, False))
+    res["chunk_profile"] = {"length": longest, **{k: prof[k] for k in ("wall_ms", "launches", "device_ms")}}
+    res["chunk_profile"]["kernels"] = prof["kernels"][:PROFILE_TOP]
+    print("long: chunk profile", json.dumps(res["chunk_profile"]), flush=True)
     eng.abort(rid)
     return res
 

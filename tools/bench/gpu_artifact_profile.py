@@ -23,7 +23,9 @@ from collections import defaultdict
 from pathlib import Path
 
 
-def _profile(fn):
+def profile_call(fn) -> dict:
+    """fn() once under torch.profiler: its wall time, its kernels (launches, device time, by name,
+    largest first), the GPU's busy share of their span and where it idles."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -143,14 +145,14 @@ def run(artifact: Path, checkpoint: Path | None, prompt: int, steps: int, device
         tok = s.prefill_greedy(ids)
         tok = s.decode_greedy(tok)
     s.reset()
-    out = {"prefill": _profile(lambda: s.prefill_greedy(ids))}
+    out = {"prefill": profile_call(lambda: s.prefill_greedy(ids))}
     box = {"tok": 1}
 
     def decode():
         for _ in range(steps):
             box["tok"] = s.decode_greedy(box["tok"])
 
-    out["decode"] = _profile(decode)
+    out["decode"] = profile_call(decode)
     out["decode"]["steps"] = steps
     for phase, r in out.items():
         per = f", per step {r['wall_ms'] / steps:.2f} ms" if phase == "decode" else ""
@@ -171,7 +173,7 @@ def run_image(artifact: Path, checkpoint: Path | None, side: int, device: str, t
     s = Session.load(artifact, device=device, verify=False, checkpoint_dir=checkpoint)
     png = image_png(side)
     features = s.image_features([png])  # warm: allocates
-    r = _profile(lambda: s.image_features([png]))
+    r = profile_call(lambda: s.image_features([png]))
     r.update(side_px=side, image_tokens=int(features.shape[0]))
     print(
         f"one {side}px image ({r['image_tokens']} image tokens): wall {r['wall_ms']} ms; {r['launches']} kernels, "
@@ -218,7 +220,7 @@ def run_engine(
     # one prompt chunk of one sequence alone (`paged_prefill`, 512 tokens), then let it go
     rid = eng.add(rng.integers(0, vocab, min(prompt, 1024)).tolist(), max_new_tokens=1, stop=())
     eng.step()  # a first chunk, warm
-    r = out_chunk = _profile(eng.step)
+    r = out_chunk = profile_call(eng.step)
     eng.abort(rid)
     print(
         f"one 512-token prompt chunk (paged_prefill): wall {r['wall_ms']:.2f} ms; {r['launches']} kernels, "
@@ -235,7 +237,7 @@ def run_engine(
         del run["rids"][b:]
         for _ in range(WARM):
             eng.step()
-        r = out[f"engine_{b}"] = _profile(lambda: [eng.step() for _ in range(steps)])
+        r = out[f"engine_{b}"] = profile_call(lambda: [eng.step() for _ in range(steps)])
         r["steps"] = steps
         print(
             f"{b} sequences: wall {r['wall_ms'] / steps:.2f} ms a step; {r['launches'] / steps:.0f} kernels, "
