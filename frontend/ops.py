@@ -66,7 +66,9 @@ VISION_HEAD_DIMS = (16, 32, 64, 128)
 EMPTY_SCORE = -1e30  # indexer_scores' score of an empty slot (a negative row)
 
 
-def indexer_scores(q: Tensor, keys: Tensor, weights: Tensor, scale: float, rows: Tensor | None = None) -> Tensor:
+def indexer_scores(
+    q: Tensor, keys: Tensor, weights: Tensor, scale: float, rows: Tensor | None = None, last: Tensor | None = None
+) -> Tensor:
     """The DSA lightning indexer's scores: out[s, t] = Σ_h weights[s, h] · relu(scale · q[s, h]·k[s, t]).
 
     q: [S, H, D] f32; weights: [S, H] f32 -> [S, T] f32. Keys (any float dtype, widened):
@@ -74,11 +76,19 @@ def indexer_scores(q: Tensor, keys: Tensor, weights: Tensor, scale: float, rows:
       rows [S, T] int64, one key range per query (a batched decode step over a paged pool:
                   models/paging.py): k[s, t] = keys[rows[s, t]], keys the whole pool [R, D];
                   a negative row is an empty slot, out[s, t] = EMPTY_SCORE (the CUDA kernel
-                  reads no key there, and skips the products of a tile of empty slots).
-    A target that keeps `indexer_scores` gets `day0::indexer_scores` or `day0::indexer_scores_rows`
-    (its kernel reads each query's rows in place, no gathered copy).
+                  reads no key there, and skips the products of a tile of empty slots);
+      rows [T] and last [S], int64: one key range for every query, causal (a prompt chunk):
+                  k[s, t] = keys[rows[t]] of a cache or pool [R, D], and out[s, t] = EMPTY_SCORE
+                  where rows[t] < 0 or t > last[s] (slots past the query's position). The masked,
+                  padded scores a top-k takes come out of the op itself: no [S, T] mask or copy.
+    A target that keeps `indexer_scores` gets `day0::indexer_scores`, `day0::indexer_scores_rows`
+    or `day0::indexer_scores_causal` (its kernels read the rows in place, no gathered copy).
     """
     kept = "indexer_scores" in _KEPT.get()
+    if last is not None:
+        if kept:
+            return torch.ops.day0.indexer_scores_causal(q, keys, rows, last, weights, scale)
+        return indexer_scores_causal_reference(q, keys, rows, last, weights, scale)
     if rows is not None:
         if kept:
             return torch.ops.day0.indexer_scores_rows(q, keys, rows, weights, scale)
@@ -101,6 +111,14 @@ def indexer_scores_rows_reference(q: Tensor, keys: Tensor, rows: Tensor, weights
     return torch.where(rows < 0, EMPTY_SCORE, torch.einsum("sh,sht->st", weights, torch.relu(dots)))
 
 
+def indexer_scores_causal_reference(
+    q: Tensor, keys: Tensor, rows: Tensor, last: Tensor, weights: Tensor, scale: float
+) -> Tensor:
+    scores = indexer_scores_reference(q, keys.index_select(0, rows.clamp(min=0)), weights, scale)  # [S, T]
+    slot = torch.arange(rows.shape[0], dtype=torch.int64)
+    return torch.where((rows[None, :] < 0) | (slot[None, :] > last[:, None]), EMPTY_SCORE, scores)
+
+
 @torch.library.custom_op("day0::indexer_scores", mutates_args=())
 def _indexer_scores_op(q: Tensor, keys: Tensor, weights: Tensor, scale: float) -> Tensor:
     return indexer_scores_reference(q, keys, weights, scale)
@@ -121,6 +139,19 @@ def _indexer_scores_rows_op(q: Tensor, keys: Tensor, rows: Tensor, weights: Tens
 def _(q: Tensor, keys: Tensor, rows: Tensor, weights: Tensor, scale: float) -> Tensor:
     torch._check(q.dim() == 3 and keys.dim() == 2 and rows.dim() == 2 and weights.dim() == 2)
     return q.new_empty(rows.shape[0], rows.shape[1])
+
+
+@torch.library.custom_op("day0::indexer_scores_causal", mutates_args=())
+def _indexer_scores_causal_op(
+    q: Tensor, keys: Tensor, rows: Tensor, last: Tensor, weights: Tensor, scale: float
+) -> Tensor:
+    return indexer_scores_causal_reference(q, keys, rows, last, weights, scale)
+
+
+@_indexer_scores_causal_op.register_fake
+def _(q: Tensor, keys: Tensor, rows: Tensor, last: Tensor, weights: Tensor, scale: float) -> Tensor:
+    torch._check(q.dim() == 3 and keys.dim() == 2 and rows.dim() == 1 and last.dim() == 1 and weights.dim() == 2)
+    return q.new_empty(q.shape[0], rows.shape[0])
 
 
 def vision_attention(q: Tensor, k: Tensor, v: Tensor, segments: Tensor, scale: float) -> Tensor:

@@ -66,6 +66,8 @@ def f32_bits(x: float) -> int:
 # then the same three reading key t of query s at row rows[s, t] of a pool (day0::indexer_scores_rows)
 INDEXER_KERNELS = ("f32", "bf16", "bf16_mma")
 INDEXER_ROWS_KERNELS = tuple(f"rows_{k}" for k in INDEXER_KERNELS)
+# and reading slot t at row rows[t] of a cache or pool, empty past query s's last[s] (day0::indexer_scores_causal)
+INDEXER_CAUSAL_KERNELS = tuple(f"causal_{k}" for k in INDEXER_KERNELS)
 
 
 def indexer_entry(kernel: str) -> str:
@@ -79,7 +81,9 @@ INDEXER_SCORES = KernelSet(
     # q, keys, w | out ; H, D, T, scale bits, S ; grid indexer_grid(kernel, S, T, H)
     tuple(Entry(indexer_entry(kernel), (True, True, True, False), 5, 2) for kernel in INDEXER_KERNELS)
     # q, keys, rows, w | out ; the same constants and grid
-    + tuple(Entry(indexer_entry(kernel), (True, True, True, True, False), 4, 2) for kernel in INDEXER_ROWS_KERNELS),
+    + tuple(Entry(indexer_entry(kernel), (True, True, True, True, False), 4, 2) for kernel in INDEXER_ROWS_KERNELS)
+    # q, keys, rows, last, w | out ; H, D, T, scale bits, S ; grid indexer_grid(kernel, S, T, H)
+    + tuple(Entry(indexer_entry(kernel), (True,) * 5 + (False,), 5, 2) for kernel in INDEXER_CAUSAL_KERNELS),
 )
 INDEXER_KEYS_PER_CTA = 128  # KEYS in the .cu
 INDEXER_MAX_H, INDEXER_MAX_D = 64, 128  # the kernels' shared-memory layout (MAX_H, MAX_D)
@@ -101,10 +105,10 @@ INDEXER_QUNITS = 8  # QUNITS in the .cu: 8-head units of q fragments a CTA holds
 
 
 def indexer_queries_per_cta(kernel: str, H: int) -> int:
-    """Queries one CTA takes: the tensor-core kernel without rows (a prefill chunk's queries
-    share every key tile) takes as many as INDEXER_QUNITS 8-head units hold (queries_per_cta in
-    the .cu); every other kernel one."""
-    return INDEXER_QUNITS // cdiv(H, 8) if kernel == "bf16_mma" else 1
+    """Queries one CTA takes: the tensor-core kernel of one key range for every query (plain or
+    causal: a prefill chunk's queries share every key tile) takes as many as INDEXER_QUNITS
+    8-head units hold (queries_per_cta in the .cu); every other kernel one."""
+    return INDEXER_QUNITS // cdiv(H, 8) if kernel in ("bf16_mma", "causal_bf16_mma") else 1
 
 
 def indexer_grid(kernel: str, S: int, T: int, H: int) -> Grid:

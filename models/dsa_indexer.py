@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from day0.frontend import ops
 from day0.models.layers import linear, rope_columns
+from day0.models.paging import CacheView
 
 INVISIBLE = ops.EMPTY_SCORE  # the score of a position a query may not select
 
@@ -59,43 +60,33 @@ class Indexer(nn.Module):
         return rope_columns(k, cos, sin, 0, self.rope_dim, interleaved=False)
 
     def select(
-        self,
-        head_weights: Tensor,
-        q_resid: Tensor,
-        cos: Tensor,
-        sin: Tensor,
-        keys: tuple[Tensor, Tensor | None],
-        visible: Tensor,
-        k: int,
+        self, head_weights: Tensor, q_resid: Tensor, cos: Tensor, sin: Tensor, cache: Tensor, view: CacheView, k: int
     ) -> Tensor:
-        """Selected slots [S, k] int64 (-1 = empty) of the key range for the new tokens, whose
+        """Selected slots [S, k] int64 (-1 = empty) of the key range of `view` (models/paging.py)
+        in the indexer key `cache` (new keys already written) for the new tokens, whose
         `weights_proj` projection times `weight_scale` is head_weights [S, H_I] (computed with
-        the caller's other projections of x, like `keys`' input).
-
-        keys: the key range, new keys already written (CacheView.indexed): (rows [L, d_I], None)
-        shared by every query, or (the cache, its rows [S, L]), one range per query (a batch of
-        sequences: models/paging.py); visible: [S, L] bool; k: the static selection width
-        (≤ index_topk).
+        the caller's other projections of x, like `keys`' input); k: the static selection width
+        (≤ index_topk). The op reads the keys in place: through the key range's slot rows and
+        the queries' positions when the range is shared (a prompt chunk, dense or paged), else
+        through each query's rows (a batched decode step).
         """
         s = q_resid.shape[0]
         q = linear(q_resid, self.wq_b).view(s, self.heads, self.head_dim)
         q = rope_columns(q, cos, sin, 0, self.rope_dim, interleaved=False)
-        cache, rows = keys
-        # k empty columns keep top-k defined when fewer than k keys are in range (a short first
-        # prefill over its own L = S keys); they come back as -1 like any invisible slot. Each of
-        # the L + k columns reads its own slot through a clamped index.
-        width = visible.shape[-1]
-        col = torch.arange(width + k)
-        inside = col.clamp(max=width - 1)
-        keep = (col < width) & visible.index_select(-1, inside)
         scale = self.head_dim**-0.5
-        if rows is not None:
-            # One key range per query: its invisible and padding slots get row -1, which the op
-            # scores INVISIBLE itself (the row map is the same for every layer of a step: IREE
-            # computes it once), so no masking launch follows the scores in each layer.
-            rows = torch.where(keep, rows.index_select(-1, inside), -1)
+        # k empty columns keep top-k defined when fewer than k keys are in range (a short first
+        # prefill over its own L = S keys); they come back as -1 like any invisible slot
+        if view.per_query:
+            # its invisible and padding slots get row -1, which the op scores INVISIBLE itself (the
+            # row map is the same for every layer of a step: IREE computes it once); each of the
+            # L + k columns reads its own slot through a clamped index
+            width = view.keys
+            col = torch.arange(width + k)
+            inside = col.clamp(max=width - 1)
+            keep = (col < width) & view.visible.index_select(-1, inside)
+            rows = torch.where(keep, view.key_rows.index_select(-1, inside), -1)
             return select_topk(ops.indexer_scores(q, cache, head_weights, scale, rows), k)
-        # Σ_h w_h · relu(q_h · k_t / sqrt(d_I)): [S, L]; masked and padded as one elementwise
-        # expression (a masked_fill and an F.pad's fill were launches of their own)
-        index = ops.indexer_scores(q, cache, head_weights, scale)
-        return select_topk(torch.where(keep, index.index_select(-1, inside), INVISIBLE), k)
+        # one key range for every query: the op masks slots past each query's position and the
+        # padding (row -1) itself, so no [S, L] mask or masked copy of the scores is made
+        rows = torch.cat([view.slot_rows, torch.full((k,), -1, dtype=torch.int64)])
+        return select_topk(ops.indexer_scores(q, cache, head_weights, scale, rows, view.positions), k)

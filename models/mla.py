@@ -75,7 +75,7 @@ class SparseMLA(nn.Module):
         index_cache = index_cache.index_copy(0, view.rows, self.indexer.keys(index_key, cos, sin).to(index_cache.dtype))
 
         # slots of the key range, then the cache rows holding them
-        slots = self.indexer.select(index_weights, q_resid, cos, sin, view.indexed(index_cache), view.visible, k)
+        slots = self.indexer.select(index_weights, q_resid, cos, sin, index_cache, view, k)
         selected = view.physical(slots)
 
         w_kv = self.kv_b_proj.weight.float().view(self.heads, self.nope + self.v, self.rank)

@@ -30,13 +30,18 @@ class CacheView:
     """positions [S] of the new tokens; rows [S]: the cache row of each; key_rows None or [G, L]
     (module docstring); visible [S, L] bool: the slots each query may attend (its own sequence,
     causally); per_query: whether each query has its own key range (G = S: a batched decode
-    step, of one sequence too), so that per-key-range work reads the pool in place per query."""
+    step, of one sequence too), so that per-key-range work reads the pool in place per query;
+    slot_rows [L], a key range shared by every query (G = 1, dense too): the cache row of each
+    slot, -1 where its block is hidden (evicted), so that slot t is visible to query s exactly
+    when t <= positions[s] and slot_rows[t] >= 0 (ops.indexer_scores' causal form); None per
+    query."""
 
     positions: Tensor
     rows: Tensor
     key_rows: Tensor | None
     visible: Tensor
     per_query: bool = False
+    slot_rows: Tensor | None = None
 
     @property
     def keys(self) -> int:
@@ -56,11 +61,6 @@ class CacheView:
             return cache[: self.keys]
         rows = cache.index_select(0, self.key_rows.reshape(-1)).view(*self.key_rows.shape, *cache.shape[1:])
         return rows if self.per_query else rows[0]
-
-    def indexed(self, cache: Tensor) -> tuple[Tensor, Tensor | None]:
-        """An indexer's keys for ops.indexer_scores: (the key range's rows [L, *row], None), shared
-        by every query; or per query (cache, key_rows [S, L]), which the op reads in place."""
-        return (cache, self.key_rows) if self.per_query else (self.gather(cache), None)
 
     def indexed_pools(self, cache: Tensor, pool: int) -> tuple[Tensor, Tensor | None]:
         """`indexed` for a cache of one row per `pool` positions (see pool_rows)."""
@@ -93,8 +93,8 @@ class CacheView:
 
 def dense_view(positions: Tensor, keys: int) -> CacheView:
     """One sequence in a cache of its own: positions [S] are rows, the first `keys` rows the key range."""
-    visible = torch.arange(keys, dtype=torch.int64)[None, :] <= positions[:, None]
-    return CacheView(positions, positions, None, visible)
+    slots = torch.arange(keys, dtype=torch.int64)
+    return CacheView(positions, positions, None, slots[None, :] <= positions[:, None], slot_rows=slots)
 
 
 EVICTED_BLOCK = 0  # runtime/blocks.py SCRATCH_BLOCK: a table entry whose slots no query sees
@@ -118,4 +118,7 @@ def paged_view(positions: Tensor, tables: Tensor, block: int, batched: bool = Fa
     # its own slot stays visible: a padding row of a batched step (all its table the scratch block)
     # sees what it saw before eviction existed, so that no softmax of it is over nothing
     visible = ((slot <= positions[:, None]) & live) | (slot == positions[:, None])
-    return CacheView(positions, rows, key_rows, visible, per_query=batched or tables.shape[0] > 1)
+    per_query = batched or not group
+    # a prompt chunk's own slots are in live blocks, so `visible` is slot <= position over live slots
+    shared = None if per_query else torch.where(live[0], key_rows[0], -1)
+    return CacheView(positions, rows, key_rows, visible, per_query=per_query, slot_rows=shared)

@@ -47,7 +47,13 @@ from dataclasses import dataclass
 from day0.frontend.ir import ir
 from day0.lowering import kernel_geometry as kg
 from day0.passes.extern_dispatch import KernelCallPass, scale_tag, tensor_text
-from day0.passes.sites.indexer_scores import OP_NAME, ROWS_OP_NAME, IndexerScoresSite, match_indexer_scores
+from day0.passes.sites.indexer_scores import (
+    CAUSAL_OP_NAME,
+    OP_NAME,
+    ROWS_OP_NAME,
+    IndexerScoresSite,
+    match_indexer_scores,
+)
 from day0.passes.torch_ir import TensorType, TorchBuilder, replace_op
 
 EXECUTABLE = kg.INDEXER_SCORES.executable
@@ -58,12 +64,13 @@ def function_name(kernel: str, H: int, D: int, T: int | None, scale: float) -> s
 
 
 def function_text(kernel: str, H: int, D: int, T: int | None, scale: float) -> str:
-    rows = kernel.startswith("rows_")
-    dt = kernel.removeprefix("rows_").split("_")[0]  # the keys' element type
+    causal, rows = kernel.startswith("causal_"), kernel.startswith("rows_")
+    dt = kernel.removeprefix("rows_").removeprefix("causal_").split("_")[0]  # the keys' element type
     q_t, w_t, o_t = f"tensor<?x{H}x{D}xf32>", f"tensor<?x{H}xf32>", tensor_text((None, T), "f32")
-    # the T keys, or (rows form) the pool of any row count and the rows [S, T]
-    k_t = tensor_text((None, D), dt) if rows else tensor_text((T, D), dt)
-    r_t = tensor_text((None, T), "i64")
+    # the T keys, or (rows and causal forms) the pool or cache of any row count and the rows
+    k_t = tensor_text((None, D), dt) if rows or causal else tensor_text((T, D), dt)
+    r_t = tensor_text((T,), "i64") if causal else tensor_text((None, T), "i64")
+    l_t = "tensor<?xi64>"
     if T is None:
         gx = "%gx"
         if kernel.endswith("bf16_mma"):
@@ -76,7 +83,13 @@ def function_text(kernel: str, H: int, D: int, T: int | None, scale: float) -> s
     %gx = arith.minui %gx0, %cap : index"""
         else:
             cap = ""
-        t_of = f"tensor.dim %r, %c1 : {r_t}" if rows else f"tensor.dim %k, %c0 : {k_t}"
+        t_of = (
+            f"tensor.dim %r, %c0 : {r_t}"
+            if causal
+            else f"tensor.dim %r, %c1 : {r_t}"
+            if rows
+            else f"tensor.dim %k, %c0 : {k_t}"
+        )
         t_lines = f"""    %t = {t_of}
     %per = arith.constant {kg.INDEXER_KEYS_PER_CTA} : index
     {gx} = arith.ceildivui %t, %per : index{cap}
@@ -86,7 +99,19 @@ def function_text(kernel: str, H: int, D: int, T: int | None, scale: float) -> s
         t_lines = f"""    %gx = arith.constant {kg.indexer_grid_x(kernel, T)} : index
     %T = arith.constant {T} : i32"""
         o_dims = "{%s}"
-    if rows:
+    t_dyn = "%t" if T is None else ""
+    # a CTA takes qb queries (the tensor-core kernel of one key range: kernel_geometry.indexer_queries_per_cta)
+    per_cta = f"""
+    %qb = arith.constant {kg.indexer_queries_per_cta(kernel, H)} : index
+    %gy = arith.ceildivui %s, %qb : index
+    %S = arith.index_cast %s : index to i32"""
+    if causal:
+        params, operands = f"%q: {q_t}, %k: {k_t}, %r: {r_t}, %l: {l_t}, %w: {w_t}", "%q, %k, %r, %l, %w"
+        types = f"{q_t}{{%s}}, {k_t}{{%n}}, {r_t}{{{t_dyn}}}, {l_t}{{%s}}, {w_t}{{%s}}"
+        extra = f"""
+    %n = tensor.dim %k, %c0 : {k_t}{per_cta}"""
+        consts, const_types, gy = "%H, %D, %T, %scale, %S", "i32, i32, i32, i32, i32", "%gy"
+    elif rows:
         params, operands = f"%q: {q_t}, %k: {k_t}, %r: {r_t}, %w: {w_t}", "%q, %k, %r, %w"
         types = f"{q_t}{{%s}}, {k_t}{{%n}}, {r_t}{{{'%s, %t' if T is None else '%s'}}}, {w_t}{{%s}}"
         extra = f"""
@@ -96,11 +121,7 @@ def function_text(kernel: str, H: int, D: int, T: int | None, scale: float) -> s
     else:
         params, operands = f"%q: {q_t}, %k: {k_t}, %w: {w_t}", "%q, %k, %w"
         types = f"{q_t}{{%s}}, {k_t}{'{%t}' if T is None else ''}, {w_t}{{%s}}"
-        # a CTA takes qb queries (the tensor-core kernel: kernel_geometry.indexer_queries_per_cta)
-        extra = f"""
-    %qb = arith.constant {kg.indexer_queries_per_cta(kernel, H)} : index
-    %gy = arith.ceildivui %s, %qb : index
-    %S = arith.index_cast %s : index to i32"""
+        extra = per_cta
         consts, const_types, gy = "%H, %D, %T, %scale, %S", "i32, i32, i32, i32, i32", "%gy"
     return f"""
   func.func private @{function_name(kernel, H, D, T, scale)}({params}) -> {o_t} {{
@@ -126,24 +147,24 @@ class IndexerScoresToCudaKernel(KernelCallPass):
     name = "indexer-scores-to-cuda-kernel"
     tensor_cores: bool = True
 
-    op_names = (OP_NAME, ROWS_OP_NAME)
+    op_names = (OP_NAME, ROWS_OP_NAME, CAUSAL_OP_NAME)
     kernels = (kg.INDEXER_SCORES,)
     match = staticmethod(match_indexer_scores)
     function_name = staticmethod(function_name)
     function_text = staticmethod(function_text)
 
-    def kernel(self, key_dtype: str, rows: bool = False) -> str:
+    def kernel(self, key_dtype: str, rows: bool = False, causal: bool = False) -> str:
         kernel = "bf16_mma" if key_dtype == "bf16" and self.tensor_cores else key_dtype
-        return f"rows_{kernel}" if rows else kernel
+        return f"causal_{kernel}" if causal else f"rows_{kernel}" if rows else kernel
 
     def key(self, site: IndexerScoresSite) -> tuple:
-        return (self.kernel(site.key_dtype, site.rows), site.H, site.D, site.T, site.scale)
+        return (self.kernel(site.key_dtype, site.rows, site.causal), site.H, site.D, site.T, site.scale)
 
     @staticmethod
     def refuse(site: IndexerScoresSite) -> str | None:
         """What the kernels cannot take (their shared memory holds H <= 64 heads of D <= 128)."""
         if site.H > kg.INDEXER_MAX_H or site.D > kg.INDEXER_MAX_D:
-            what = "indexer_scores_rows" if site.rows else "indexer_scores"
+            what = "indexer_scores_causal" if site.causal else "indexer_scores_rows" if site.rows else "indexer_scores"
             return (
                 f"{what}: the CUDA kernel takes H <= {kg.INDEXER_MAX_H} heads of D <= {kg.INDEXER_MAX_D}, "
                 f"got H={site.H}, D={site.D}"
@@ -152,14 +173,14 @@ class IndexerScoresToCudaKernel(KernelCallPass):
 
     @staticmethod
     def rewrite(site: IndexerScoresSite, fn: str) -> None:
-        """The call of `fn`, each operand cast to its parameter's type (S dynamic; the rows form's
-        pool of any row count)."""
+        """The call of `fn`, each operand cast to its parameter's type (S dynamic; the rows and
+        causal forms' pool of any row count)."""
         op = site.op
         b = TorchBuilder(op)
         S, H, D, T, kd = site.S, site.H, site.D, site.T, site.key_dtype
-        tensors = op.operands[:-1]  # q, keys, [rows,] w
-        params = [((None, H, D), "f32"), ((None, D) if site.rows else (T, D), kd)]
-        params += [((None, T), "i64")] if site.rows else []
+        tensors = op.operands[:-1]  # q, keys, [rows, [last,]] w
+        params = [((None, H, D), "f32"), ((None, D) if site.rows or site.causal else (T, D), kd)]
+        params += [((None, T), "i64")] if site.rows else [((T,), "i64"), ((None,), "i64")] if site.causal else []
         params += [((None, H), "f32")]
         have = [TensorType.of(v).dims for v in tensors]
         args = [

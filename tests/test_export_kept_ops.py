@@ -38,7 +38,8 @@ def test_a_kept_op_stays_whole_and_others_get_its_body(demo_model, exported):
     assert kept_ops("cuda-sm90") == ("indexer_scores", "moe_route", "materialize", "vision_attention")
     layers, funcs = demo_model.cfg.num_hidden_layers, 3  # prefill, decode, prefill_first
     kept = exported(("indexer_scores",))
-    assert kept.count('torch.operator "torch.day0.indexer_scores"') == layers * funcs
+    # every step of the dense entry points has one key range for its queries: the causal form
+    assert kept.count('torch.operator "torch.day0.indexer_scores_causal"') == layers * funcs
     cpu = exported(kept_ops("llvm-cpu"))
     assert "torch.day0.indexer_scores" not in cpu
     assert cpu.count("torch.aten.relu") == layers * funcs  # the reference body's ReLU
@@ -96,13 +97,15 @@ def test_keeping_does_not_leak_between_exports(demo_model, exported):
 def test_batched_decode_steps_keep_the_rows_form(demo_model):
     """Every paged decode step (one key range per query), of one sequence too, scores through the
     pool's rows (`day0::indexer_scores_rows`): no gather of the sequence's keys; a prompt chunk
-    (one key range for all of its queries) keeps the shared-keys form."""
+    (one key range for all of its queries) reads the pool through its slots' rows, masked by the
+    op (`day0::indexer_scores_causal`): no gathered key range, no [S, L] mask or masked copy."""
     from day0.frontend.export import PagedExport
 
     layers = demo_model.cfg.num_hidden_layers
     mlir = export_model(demo_model, 64, keep=("indexer_scores",), paged=PagedExport(4, (1, 3))).mlir
     assert mlir.count('torch.operator "torch.day0.indexer_scores_rows"') == 2 * layers  # decode_1, decode_3
-    assert mlir.count('torch.operator "torch.day0.indexer_scores"(') >= layers  # the prompt chunk
+    assert mlir.count('torch.operator "torch.day0.indexer_scores_causal"(') >= layers  # the prompt chunk
+    assert 'torch.operator "torch.day0.indexer_scores"(' not in mlir  # no gathered key range left
     cpu = export_model(demo_model, 64, paged=PagedExport(4, (1, 3))).mlir
     assert "indexer_scores_rows" not in cpu
 

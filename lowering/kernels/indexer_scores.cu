@@ -4,12 +4,17 @@
 // The rows form (`day0::indexer_scores_rows`, a batched decode step over paged caches) reads key t
 // of query s at row rows[s, t] of keys [R, D] (a pool): rows [S, T] int64, out [S, T]. A negative
 // row is an empty slot (past the query's position, or top-k padding): its score is EMPTY_SCORE and
-// no key is read; a warp's tile of 16 empty slots skips its products.
+// no key is read; a warp's tile of 16 empty slots skips its products. The causal form
+// (`day0::indexer_scores_causal`, a prompt chunk over its sequence's key range) reads slot t at
+// row rows[t] of a cache or pool (rows [T] int64, the same for every query) and scores EMPTY_SCORE
+// where rows[t] < 0 or t > last[s] (last [S] int64: the query's position), so the scores come
+// out masked and padded as the top-k takes them: no [S, T] mask tensor and no masked copy.
 //
 // Dispatched by the `indexer-scores-to-cuda-kernel` pass (IREE external dispatch ABI: q, keys,
-// [rows,] w, out, then the push constants H, D, T, scale bits and, without rows, S; grid (x, S):
-// a CTA takes keys of one query; the tensor-core kernel without rows: grid (x, ceil(S / qb)), a
-// CTA takes qb = queries_per_cta(H) queries, which share each key tile a warp loads).
+// [rows, [last,]] w, out, then the push constants H, D, T, scale bits and, but for the rows form,
+// S; grid (x, S): a CTA takes keys of one query; the tensor-core kernel of one key range (plain or
+// causal): grid (x, ceil(S / qb)), a CTA takes qb = queries_per_cta(H) queries, which share each
+// key tile a warp loads).
 //
 // day0_indexer_scores_{f32,bf16}: exact f32 FMAs, grid (ceil(T / KEYS), S). The query's heads sit
 // in shared memory (row stride D + 1: lane h reads head h, so an unpadded stride would put every
@@ -37,14 +42,25 @@
 __device__ __forceinline__ float to_f(float v) { return v; }
 __device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
 
-// The key row of slot t of query s: t, or rows[s, t] (rows: nullptr, or [S, T]); < 0: empty.
-__device__ __forceinline__ long long key_row(const long long* __restrict__ rows, int s, int T, int t) {
-  return rows ? rows[(size_t)s * T + t] : (long long)t;
-}
+// Where slot t of query s reads its key: slot t itself (rows nullptr), rows[s, t] (the rows form,
+// rows [S, T]) or rows[t] unless t > last[s] (the causal form, rows [T]); < 0: an empty slot.
+struct Slots {
+  const long long* rows;
+  const long long* last;
+  __device__ __forceinline__ bool per_query() const { return rows && !last; }
+  __device__ __forceinline__ long long row(int s, int T, int t) const {
+    if (!rows) return t;
+    if (!last) return rows[(size_t)s * T + t];
+    return t > last[s] ? -1 : rows[t];
+  }
+  // the row a CTA's warp loads for a tile its queries share (the causal form: whatever their
+  // positions; each query's own slots are masked where its scores are written)
+  __device__ __forceinline__ long long loaded(int s, int T, int t) const { return last ? rows[t] : row(s, T, t); }
+};
 
 template <typename K_>
 __device__ void indexer_scores(const float* __restrict__ q, const K_* __restrict__ keys,
-                               const long long* __restrict__ rows, const float* __restrict__ w,
+                               const Slots slots, const float* __restrict__ w,
                                float* __restrict__ out, int H, int D, int T, int scale_bits) {
   __shared__ float qs[MAX_H * (MAX_D + 1)];
   __shared__ float ws[MAX_H];
@@ -59,7 +75,7 @@ __device__ void indexer_scores(const float* __restrict__ q, const K_* __restrict
   for (int j = 0; j < KEYS / WARPS; ++j) {
     const int t = t0 + j;
     if (t >= T) break;
-    const long long r = key_row(rows, s, T, t);  // the same for the warp's lanes
+    const long long r = slots.row(s, T, t);  // the same for the warp's lanes
     if (r < 0) {
       if (lane == 0) out[(size_t)s * T + t] = EMPTY_SCORE;
       continue;
@@ -88,25 +104,38 @@ __device__ void indexer_scores(const float* __restrict__ q, const K_* __restrict
 extern "C" __global__ void __launch_bounds__(THREADS)
 day0_indexer_scores_f32(const float* q, const float* keys, const float* w, float* out, int H, int D,
                         int T, int scale_bits, int S) {
-  indexer_scores<float>(q, keys, nullptr, w, out, H, D, T, scale_bits);
+  indexer_scores<float>(q, keys, Slots{nullptr, nullptr}, w, out, H, D, T, scale_bits);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS)
 day0_indexer_scores_bf16(const float* q, const __nv_bfloat16* keys, const float* w, float* out,
                          int H, int D, int T, int scale_bits, int S) {
-  indexer_scores<__nv_bfloat16>(q, keys, nullptr, w, out, H, D, T, scale_bits);
+  indexer_scores<__nv_bfloat16>(q, keys, Slots{nullptr, nullptr}, w, out, H, D, T, scale_bits);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS)
 day0_indexer_scores_rows_f32(const float* q, const float* keys, const long long* rows, const float* w,
                              float* out, int H, int D, int T, int scale_bits) {
-  indexer_scores<float>(q, keys, rows, w, out, H, D, T, scale_bits);
+  indexer_scores<float>(q, keys, Slots{rows, nullptr}, w, out, H, D, T, scale_bits);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS)
 day0_indexer_scores_rows_bf16(const float* q, const __nv_bfloat16* keys, const long long* rows,
                               const float* w, float* out, int H, int D, int T, int scale_bits) {
-  indexer_scores<__nv_bfloat16>(q, keys, rows, w, out, H, D, T, scale_bits);
+  indexer_scores<__nv_bfloat16>(q, keys, Slots{rows, nullptr}, w, out, H, D, T, scale_bits);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+day0_indexer_scores_causal_f32(const float* q, const float* keys, const long long* rows, const long long* last,
+                               const float* w, float* out, int H, int D, int T, int scale_bits, int S) {
+  indexer_scores<float>(q, keys, Slots{rows, last}, w, out, H, D, T, scale_bits);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+day0_indexer_scores_causal_bf16(const float* q, const __nv_bfloat16* keys, const long long* rows,
+                                const long long* last, const float* w, float* out, int H, int D, int T,
+                                int scale_bits, int S) {
+  indexer_scores<__nv_bfloat16>(q, keys, Slots{rows, last}, w, out, H, D, T, scale_bits);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -144,18 +173,19 @@ __device__ __forceinline__ uint4 ld_stream(const void* p) {
 }
 
 // Lane (g, i)'s A fragments of the tile at key t0: keys t0 + g (a[0]) and t0 + g + 8 (a[1]) of
-// query s (key_row), 8 bf16 of chunk c each; zeros past T or D and for empty slots. vec: D % 8 == 0
-// (16-byte aligned rows). Returns whether any of the tile's 16 slots holds a key (the same for
+// query s (Slots::loaded), 8 bf16 of chunk c each; zeros past T or D and for empty slots. vec: D % 8 == 0
+// (16-byte aligned rows); slots past `reach` (the causal form: the CTA's queries' last slot) load
+// nothing. Returns whether any of the tile's 16 slots holds a key (the same for
 // the warp's lanes: every lane of the warp must call it).
 __device__ __forceinline__ bool load_key_tile(uint4 (&a)[2][MMA_CHUNKS],
                                               const __nv_bfloat16* __restrict__ keys,
-                                              const long long* __restrict__ rows, int s, int t0,
-                                              int T, int D, bool vec, int g, int i) {
+                                              const Slots slots, int s, int t0, int T,
+                                              long long reach, int D, bool vec, int g, int i) {
   bool any = false;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int t = t0 + g + 8 * r;
-    const long long kr = t < T ? key_row(rows, s, T, t) : -1;
+    const long long kr = t < T && t <= reach ? slots.loaded(s, T, t) : -1;
     const bool live = kr >= 0;
     const size_t row = live ? (size_t)kr : 0;
     any |= live;
@@ -187,12 +217,13 @@ __device__ __forceinline__ bool load_key_tile(uint4 (&a)[2][MMA_CHUNKS],
 
 __device__ __forceinline__ void indexer_scores_mma(const float* __restrict__ q,
                                                    const __nv_bfloat16* __restrict__ keys,
-                                                   const long long* __restrict__ rows,
+                                                   const Slots slots,
                                                    const float* __restrict__ w, float* __restrict__ out,
                                                    int H, int D, int T, int scale_bits, int S) {
   // unit u: the q fragments of 8 heads (head tile u % nt_n) of the CTA's query u / nt_n
   __shared__ uint4 qf[QUNITS][2][MMA_CHUNKS][32];  // q · scale as bf16 B fragments, hi and lo (32 KB)
   __shared__ __align__(16) float ws[QUNITS * 8];
+  __shared__ long long lasts[QUNITS];  // the causal form: the CTA's queries' last visible slots
   const float scale = __int_as_float(scale_bits);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, i = lane & 3;
@@ -201,15 +232,20 @@ __device__ __forceinline__ void indexer_scores_mma(const float* __restrict__ q,
   const int first = blockIdx.x * per, last = min(first + per, tiles);
   const bool vec = (D & 7) == 0;
   const int nchunks = (D + 31) / 32, nt_n = (H + 7) / 8;
-  // queries of this CTA: one with rows (each query its own keys), else QUNITS / nt_n sharing every
-  // key tile a warp loads (a prefill chunk's queries read the same keys: fewer loads a product)
-  const int qb = rows ? 1 : queries_per_cta(H);
+  // queries of this CTA: one in the rows form (each query its own keys), else QUNITS / nt_n sharing
+  // every key tile a warp loads (a prefill chunk's queries read the same keys: fewer loads a product)
+  const int qb = slots.per_query() ? 1 : queries_per_cta(H);
   const int s_first = blockIdx.y * qb, nq = min(qb, S - s_first);
+  long long reach = T;  // no key past the CTA's queries' last slot is loaded (the causal form)
+  if (slots.last) {
+    reach = -1;
+    for (int j = 0; j < nq; ++j) reach = max(reach, slots.last[s_first + j]);
+  }
 
   // The first tile's keys do not depend on q: in flight while the CTA converts q.
   uint4 a[2][MMA_CHUNKS];
   int tile = first + warp;
-  bool live = load_key_tile(a, keys, rows, s_first, tile < last ? tile * TILE : T, T, D, vec, g, i);
+  bool live = load_key_tile(a, keys, slots, s_first, tile < last ? tile * TILE : T, T, reach, D, vec, g, i);
 
   for (int f = threadIdx.x; f < nq * nt_n * MMA_CHUNKS * 32; f += THREADS) {
     const int l = f & 31, c = (f >> 5) % MMA_CHUNKS, u = (f >> 5) / MMA_CHUNKS;
@@ -230,15 +266,18 @@ __device__ __forceinline__ void indexer_scores_mma(const float* __restrict__ q,
     const int u = x / 8, h = 8 * (u % nt_n) + x % 8;
     ws[x] = h < H ? w[(size_t)(s_first + u / nt_n) * H + h] : 0.0f;
   }
+  if (threadIdx.x < nq) lasts[threadIdx.x] = slots.last ? slots.last[s_first + threadIdx.x] : (long long)T;
   __syncthreads();
 
   for (; tile < last; tile += WARPS) {
     uint4 next[2][MMA_CHUNKS];  // the warp's next tile, loading while this one computes
     const int nt0 = tile + WARPS;
-    const bool next_live = load_key_tile(next, keys, rows, s_first, nt0 < last ? nt0 * TILE : T, T, D, vec, g, i);
+    const bool next_live = load_key_tile(next, keys, slots, s_first, nt0 < last ? nt0 * TILE : T, T, reach, D, vec, g, i);
     for (int j = 0; j < nq; ++j) {
       float s0 = 0.0f, s1 = 0.0f;  // keys g, g + 8: Σ over this lane's heads of w·relu
-      for (int hg = 0; live && hg < nt_n; hg += MMA_GROUP) {
+      // a tile wholly past the query's last slot (the causal form) scores empty without products
+      const bool seen = live && tile * TILE <= lasts[j];
+      for (int hg = 0; seen && hg < nt_n; hg += MMA_GROUP) {
         float acc[MMA_GROUP][4];
 #pragma unroll
         for (int n = 0; n < MMA_GROUP; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
@@ -273,7 +312,7 @@ __device__ __forceinline__ void indexer_scores_mma(const float* __restrict__ q,
         s1 += __shfl_xor_sync(0xffffffffu, s1, o);
       }
       const int s = s_first + j, t = tile * TILE + g + (i == 1 ? 8 : 0);
-      if (i < 2 && t < T) out[(size_t)s * T + t] = key_row(rows, s, T, t) < 0 ? EMPTY_SCORE : (i == 0 ? s0 : s1);
+      if (i < 2 && t < T) out[(size_t)s * T + t] = slots.row(s, T, t) < 0 ? EMPTY_SCORE : (i == 0 ? s0 : s1);
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r)
@@ -287,12 +326,20 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2)
 day0_indexer_scores_bf16_mma(const float* __restrict__ q, const __nv_bfloat16* __restrict__ keys,
                              const float* __restrict__ w, float* __restrict__ out, int H, int D,
                              int T, int scale_bits, int S) {
-  indexer_scores_mma(q, keys, nullptr, w, out, H, D, T, scale_bits, S);
+  indexer_scores_mma(q, keys, Slots{nullptr, nullptr}, w, out, H, D, T, scale_bits, S);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 2)
 day0_indexer_scores_rows_bf16_mma(const float* __restrict__ q, const __nv_bfloat16* __restrict__ keys,
                                   const long long* __restrict__ rows, const float* __restrict__ w,
                                   float* __restrict__ out, int H, int D, int T, int scale_bits) {
-  indexer_scores_mma(q, keys, rows, w, out, H, D, T, scale_bits, gridDim.y);
+  indexer_scores_mma(q, keys, Slots{rows, nullptr}, w, out, H, D, T, scale_bits, gridDim.y);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 2)
+day0_indexer_scores_causal_bf16_mma(const float* __restrict__ q, const __nv_bfloat16* __restrict__ keys,
+                                    const long long* __restrict__ rows, const long long* __restrict__ last,
+                                    const float* __restrict__ w, float* __restrict__ out, int H, int D, int T,
+                                    int scale_bits, int S) {
+  indexer_scores_mma(q, keys, Slots{rows, last}, w, out, H, D, T, scale_bits, S);
 }

@@ -11,7 +11,14 @@ rows form `torch.day0.indexer_scores_rows` (a batched decode step over a paged p
          : (!torch.vtensor<[S,H,D],f32>, !torch.vtensor<[R,D],f32|bf16>, !torch.vtensor<[S,T],si64>,
             !torch.vtensor<[S,H],f32>, !torch.float) -> !torch.vtensor<[S,T],f32>
 
-(R, the pool's rows, any). (Export keeps the ops whole only for targets whose pipeline lowers
+(R, the pool's rows, any); and its causal form `torch.day0.indexer_scores_causal` (a prompt chunk:
+one key range for every query, read in place, slots past each query's position empty),
+
+    %o = torch.operator "torch.day0.indexer_scores_causal"(%q, %cache, %rows, %last, %w, %scale)
+         : (!torch.vtensor<[S,H,D],f32>, !torch.vtensor<[R,D],f32|bf16>, !torch.vtensor<[T],si64>,
+            !torch.vtensor<[S],si64>, !torch.vtensor<[S,H],f32>, !torch.float) -> !torch.vtensor<[S,T],f32>
+
+(R any). (Export keeps the ops whole only for targets whose pipeline lowers
 them: lowering/targets.py.)
 """
 
@@ -26,13 +33,15 @@ from day0.passes.torch_ir import TensorType, fmt_dims
 
 OP_NAME = "torch.day0.indexer_scores"
 ROWS_OP_NAME = "torch.day0.indexer_scores_rows"
+CAUSAL_OP_NAME = "torch.day0.indexer_scores_causal"
 KEY_DTYPES = ("f32", "bf16")
 
 
 @dataclass(frozen=True)
 class IndexerScoresSite:
     """An indexer_scores op that keeps the contract; its operands are the op's (q, keys, w, scale),
-    or (q, pool, rows, w, scale) for the rows form."""
+    (q, pool, rows, w, scale) for the rows form, or (q, cache, rows, last, w, scale) for the causal
+    form (causal: rows [T] shared by every query)."""
 
     op: Operation
     S: int | None
@@ -42,40 +51,46 @@ class IndexerScoresSite:
     key_dtype: str
     scale: float
     rows: bool = False
+    causal: bool = False
 
 
 def match_indexer_scores(op: Operation, diag: DiagnosticEngine) -> IndexerScoresSite | None:
     """The site if `op` keeps the contract, else one error at the op and None."""
-    what = "indexer_scores_rows" if operator_name(op) == ROWS_OP_NAME else "indexer_scores"
+    what = operator_name(op).removeprefix("torch.day0.")
     return report(op, diag, what, indexer_scores_site)
 
 
 def indexer_scores_site(op: Operation) -> IndexerScoresSite:
     """The site of `op`, or Broken."""
-    rows = operator_name(op) == ROWS_OP_NAME
+    causal = operator_name(op) == CAUSAL_OP_NAME
+    rows = causal or operator_name(op) == ROWS_OP_NAME
     names = ("q", "keys", "rows", "weights", "scale") if rows else ("q", "keys", "weights", "scale")
+    names = ("q", "keys", "rows", "last", "weights", "scale") if causal else names
     *tensors, scale_v = operands(op, names)
     types = [TensorType.of(v) for v in (*tensors, op.result)]
-    ranks = (3, 2, 2, 2, 2) if rows else (3, 2, 2, 2)
+    ranks = (3, 2, 1, 1, 2, 2) if causal else (3, 2, 2, 2, 2) if rows else (3, 2, 2, 2)
     for what, t, rank in zip((*names[:-1], "result"), types, ranks):
         if t is None or len(t.dims) != rank:
             raise Broken(f"{what} must be a rank-{rank} !torch.vtensor")
     q, keys, *rest = types
-    r, w, out = rest if rows else (None, *rest)
+    r, last, w, out = rest if causal else (*rest[:1], None, *rest[1:]) if rows else (None, None, *rest)
     (S, H, D), Dk = q.dims, keys.dims[1]
     if q.dtype != "f32" or w.dtype != "f32" or out.dtype != "f32":
         raise Broken(f"q, weights and result must be f32, got {q.dtype}, {w.dtype}, {out.dtype}")
     if keys.dtype not in KEY_DTYPES:
         raise Broken(f"keys must be f32 or bf16, got {keys.dtype}")
-    if r is not None and r.dtype != "si64":
-        raise Broken(f"rows must be si64, got {r.dtype}")
+    for what, t in (("rows", r), ("last", last)):
+        if t is not None and t.dtype != "si64":
+            raise Broken(f"{what} must be si64, got {t.dtype}")
     if None in (H, D, Dk):
         raise Broken("H and D must be static (the query count S and key count T may be dynamic)")
-    T = r.dims[1] if rows else keys.dims[0]
-    if Dk != D or w.dims != (S, H) or out.dims != (S, T) or (rows and r.dims[0] != S):
+    T = r.dims[-1] if rows else keys.dims[0]
+    bad_rows = causal and last.dims[0] != S or rows and not causal and r.dims[0] != S
+    if Dk != D or w.dims != (S, H) or out.dims != (S, T) or bad_rows:
         shapes = [f"q {fmt_dims(q.dims)}", f"keys {fmt_dims(keys.dims)}"]
         shapes += [f"rows {fmt_dims(r.dims)}"] if rows else []
+        shapes += [f"last {fmt_dims(last.dims)}"] if causal else []
         shapes += [f"weights {fmt_dims(w.dims)}", f"result {fmt_dims(out.dims)}"]
         raise Broken("shapes disagree: " + ", ".join(shapes))
     scale = constant(scale_v, "torch.constant.float", "scale")
-    return IndexerScoresSite(op, S, H, D, T, keys.dtype, scale, rows)
+    return IndexerScoresSite(op, S, H, D, T, keys.dtype, scale, rows and not causal, causal)

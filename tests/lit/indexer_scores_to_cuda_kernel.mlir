@@ -10,6 +10,8 @@
 // CHECK: #pipeline_layout = #hal.pipeline.layout<constants = 5, bindings = [#hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer>]>
 // The rows form: q, pool, rows, weights read-only.
 // CHECK: #pipeline_layout1 = #hal.pipeline.layout<constants = 4, bindings = [#hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer>]>
+// The causal form: q, cache, rows, last, weights read-only; S a constant again.
+// CHECK: #pipeline_layout2 = #hal.pipeline.layout<constants = 5, bindings = [#hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer>]>
 
 // Decode: one query over a static cache of 1024 f32 keys.
 func.func @decode(%q: !torch.vtensor<[1,16,64],f32>, %k: !torch.vtensor<[1024,64],f32>, %w: !torch.vtensor<[1,16],f32>) -> !torch.vtensor<[1,1024],f32> {
@@ -76,6 +78,21 @@ func.func @paged_decode_dynamic(%q: !torch.vtensor<[?,16,64],f32>, %k: !torch.vt
 // CHECK: [[KC:%.+]] = tensor.cast [[K]] : tensor<4096x64xf32> to tensor<?x64xf32>
 // CHECK: call @day0_indexer_scores_rows_f32_H16_D64_Tq_s3e000000({{%.+}}, [[KC]], {{%.+}}, {{%.+}}) : (tensor<?x16x64xf32>, tensor<?x64xf32>, tensor<?x?xi64>, tensor<?x16xf32>) -> tensor<?x?xf32>
 
+// A prompt chunk over its sequence's key range (the causal form): 512 queries, the slots' rows of a
+// pool of any row count, each query's last visible slot; the grid as for one key range.
+func.func @paged_chunk(%q: !torch.vtensor<[512,16,64],f32>, %k: !torch.vtensor<[?,64],bf16>, %r: !torch.vtensor<[?],si64>, %l: !torch.vtensor<[512],si64>, %w: !torch.vtensor<[512,16],f32>) -> !torch.vtensor<[512,?],f32> {
+  %scale = torch.constant.float 0.125
+  %o = torch.operator "torch.day0.indexer_scores_causal"(%q, %k, %r, %l, %w, %scale) : (!torch.vtensor<[512,16,64],f32>, !torch.vtensor<[?,64],bf16>, !torch.vtensor<[?],si64>, !torch.vtensor<[512],si64>, !torch.vtensor<[512,16],f32>, !torch.float) -> !torch.vtensor<[512,?],f32>
+  return %o : !torch.vtensor<[512,?],f32>
+}
+// CHECK-LABEL: func.func @paged_chunk(
+// CHECK: [[L:%.+]] = torch_c.to_builtin_tensor %arg3 : !torch.vtensor<[512],si64> -> tensor<512xi64>
+// CHECK: [[LC:%.+]] = tensor.cast [[L]] : tensor<512xi64> to tensor<?xi64>
+// CHECK: [[O:%.+]] = call @day0_indexer_scores_causal_bf16_mma_H16_D64_Tq_s3e000000({{%.+}}, {{%.+}}, {{%.+}}, [[LC]], {{%.+}}) : (tensor<?x16x64xf32>, tensor<?x64xbf16>, tensor<?xi64>, tensor<?xi64>, tensor<?x16xf32>) -> tensor<?x?xf32>
+// CHECK: tensor.cast [[O]] : tensor<?x?xf32> to tensor<512x?xf32>
+// EXACT-LABEL: func.func @paged_chunk(
+// EXACT: call @day0_indexer_scores_causal_bf16_H16_D64_Tq_s3e000000(
+
 // CHECK: hal.executable.source private @day0_indexer_scores
 // CHECK: hal.executable.export public @day0_indexer_scores_f32 ordinal(0)
 // CHECK: hal.executable.export public @day0_indexer_scores_bf16 ordinal(1)
@@ -83,6 +100,9 @@ func.func @paged_decode_dynamic(%q: !torch.vtensor<[?,16,64],f32>, %k: !torch.vt
 // CHECK: hal.executable.export public @day0_indexer_scores_rows_f32 ordinal(3) layout(#pipeline_layout1)
 // CHECK: hal.executable.export public @day0_indexer_scores_rows_bf16 ordinal(4)
 // CHECK: hal.executable.export public @day0_indexer_scores_rows_bf16_mma ordinal(5)
+// CHECK: hal.executable.export public @day0_indexer_scores_causal_f32 ordinal(6) layout(#pipeline_layout2)
+// CHECK: hal.executable.export public @day0_indexer_scores_causal_bf16 ordinal(7)
+// CHECK: hal.executable.export public @day0_indexer_scores_causal_bf16_mma ordinal(8)
 
 // Dynamic keys, tensor cores: the grid's x is min(ceil(T / 128), max(264, ceil(T / 2048))) at run time,
 // its y ceil(S / 4): a CTA takes the 4 queries whose 16 heads fill its 8 q units; S goes as a constant.
@@ -103,6 +123,16 @@ func.func @paged_decode_dynamic(%q: !torch.vtensor<[?,16,64],f32>, %k: !torch.vt
 // CHECK-LABEL: func.func private @day0_indexer_scores_bf16_mma_H32_D128_T100000_s3e000000(
 // CHECK: [[GY:%.+]] = arith.ceildivui %dim, %c2 : index
 // CHECK: flow.dispatch @day0_indexer_scores::@day0_indexer_scores_bf16_mma[%c264, [[GY]]](%c32_i32, %c128_i32, %c100000_i32, %c1040187392_i32, {{%.+}}, %arg0, %arg1, %arg2)
+
+// The causal form: the key count from the rows (dim 0), 4 queries a CTA as for one key range; the
+// queries' last slots [S] pass with the query count.
+// CHECK-LABEL: func.func private @day0_indexer_scores_causal_bf16_mma_H16_D64_Tq_s3e000000(
+// CHECK: [[S:%.+]] = tensor.dim %arg0, %c0 : tensor<?x16x64xf32>
+// CHECK: [[N:%.+]] = tensor.dim %arg1, %c0 : tensor<?x64xbf16>
+// CHECK: [[GY:%.+]] = arith.ceildivui [[S]], %c4 : index
+// CHECK: [[S32:%.+]] = arith.index_cast [[S]] : index to i32
+// CHECK: [[T:%.+]] = tensor.dim %arg2, %c0 : tensor<?xi64>
+// CHECK: flow.dispatch @day0_indexer_scores::@day0_indexer_scores_causal_bf16_mma[{{%.+}}, [[GY]]](%c16_i32, %c64_i32, {{%.+}}, %c1040187392_i32, [[S32]], %arg0, %arg1, %arg2, %arg3, %arg4) : (i32, i32, i32, i32, i32, tensor<?x16x64xf32>{[[S]]}, tensor<?x64xbf16>{[[N]]}, tensor<?xi64>{[[T]]}, tensor<?xi64>{[[S]]}, tensor<?x16xf32>{[[S]]}) -> tensor<?x?xf32>{[[S]], [[T]]}
 
 // tensor-cores=false: the exact kernel, grid x = ceil(T / 128).
 // EXACT-LABEL: func.func private @day0_indexer_scores_bf16_H16_D64_Tq_s3e000000(

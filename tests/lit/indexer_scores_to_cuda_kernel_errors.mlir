@@ -33,3 +33,21 @@ func.func @rows_of_other_queries(%q: !torch.vtensor<[2,16,64],f32>, %k: !torch.v
   %o = torch.operator "torch.day0.indexer_scores_rows"(%q, %k, %r, %w, %scale) : (!torch.vtensor<[2,16,64],f32>, !torch.vtensor<[?,64],bf16>, !torch.vtensor<[3,32],si64>, !torch.vtensor<[2,16],f32>, !torch.float) -> !torch.vtensor<[2,32],f32>
   return %o : !torch.vtensor<[2,32],f32>
 }
+
+// -----
+
+func.func @causal_last_of_other_queries(%q: !torch.vtensor<[2,16,64],f32>, %k: !torch.vtensor<[?,64],bf16>, %r: !torch.vtensor<[32],si64>, %l: !torch.vtensor<[3],si64>, %w: !torch.vtensor<[2,16],f32>) -> !torch.vtensor<[2,32],f32> {
+  %scale = torch.constant.float 0.125
+  // expected-error @+1 {{indexer_scores_causal: shapes disagree: q [2,16,64], keys [?,64], rows [32], last [3], weights [2,16], result [2,32]}}
+  %o = torch.operator "torch.day0.indexer_scores_causal"(%q, %k, %r, %l, %w, %scale) : (!torch.vtensor<[2,16,64],f32>, !torch.vtensor<[?,64],bf16>, !torch.vtensor<[32],si64>, !torch.vtensor<[3],si64>, !torch.vtensor<[2,16],f32>, !torch.float) -> !torch.vtensor<[2,32],f32>
+  return %o : !torch.vtensor<[2,32],f32>
+}
+
+// -----
+
+func.func @causal_rows_per_query(%q: !torch.vtensor<[2,16,64],f32>, %k: !torch.vtensor<[?,64],bf16>, %r: !torch.vtensor<[2,32],si64>, %l: !torch.vtensor<[2],si64>, %w: !torch.vtensor<[2,16],f32>) -> !torch.vtensor<[2,32],f32> {
+  %scale = torch.constant.float 0.125
+  // expected-error @+1 {{indexer_scores_causal: rows must be a rank-1 !torch.vtensor}}
+  %o = torch.operator "torch.day0.indexer_scores_causal"(%q, %k, %r, %l, %w, %scale) : (!torch.vtensor<[2,16,64],f32>, !torch.vtensor<[?,64],bf16>, !torch.vtensor<[2,32],si64>, !torch.vtensor<[2],si64>, !torch.vtensor<[2,16],f32>, !torch.float) -> !torch.vtensor<[2,32],f32>
+  return %o : !torch.vtensor<[2,32],f32>
+}

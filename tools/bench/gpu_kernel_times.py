@@ -359,6 +359,11 @@ def bench_indexer_prefill(run: Runner, T: int) -> dict:
     torch.cuda.synchronize()
     ref = indexer_reference(t["q"][:8], t["keys"], t["w"][:8], scale)
     cold, hot = _time(run, lambda i: [(launch, t)], 1)
+    # the causal form on the same shapes: keys through the rows of a pool of 64-row blocks, the
+    # chunk the last S slots before 64 padding ones
+    c = _causal_inputs(S, H, D, T + 64, T + 4096, 64, torch.Generator(device="cuda").manual_seed(T))
+    causal = causal_launch("bf16_mma", S, H, D, T + 64, scale)
+    causal_us, _ = _time(run, lambda i: [(causal, c)], 1)
     res = {
         "piece": "indexer_prefill",
         "kernel": f"{launch.entry} S={S} H={H}",
@@ -370,6 +375,7 @@ def bench_indexer_prefill(run: Runner, T: int) -> dict:
         "tflops": round(2 * S * H * D * T / cold / 1e6, 1),
         "rel_err": _rel(t["out"][:8], ref),
         "ok": _rel(t["out"][:8], ref) < 1e-4,
+        "causal_us": round(causal_us, 1),
     }
     print(json.dumps(res), flush=True)
     return res
@@ -460,6 +466,74 @@ def check_indexer_rows(run: Runner) -> list[dict]:
             res[f"{kernel}_empty_ok"] = bool((out[empty] == EMPTY_SCORE).all())
             res[f"{kernel}_rel_err"] = _rel(out[~empty], ref[~empty])
         res["ok"] = all(res[f"{k}_empty_ok"] and res[f"{k}_rel_err"] < 1e-4 for k in ("rows_bf16_mma", "rows_bf16"))
+        results.append(res)
+        print(json.dumps(res), flush=True)
+    return results
+
+
+def causal_launch(kernel: str, S: int, H: int, D: int, T: int, scale: float) -> Launch:
+    """The causal form (causal_<kernel>): slot t reads row rows[t] of a pool, empty past last[s]."""
+    return Launch(
+        kg.INDEXER_SCORES.ptx,
+        kg.indexer_entry(f"causal_{kernel}"),
+        kg.indexer_grid(f"causal_{kernel}", S, T, H),
+        ("q", "keys", "rows", "last", "w", "out"),
+        (H, D, T, kg.f32_bits(scale), S),
+    )
+
+
+def _causal_inputs(S: int, H: int, D: int, T: int, R: int, block: int, g) -> dict:
+    """A prompt chunk of S queries ending at slot T - 1 - pad over a key range of T slots (the last
+    `pad` = min(T // 4, 64) of them top-k padding, row -1) in blocks of `block` rows scattered over a
+    pool of R rows, one block hidden (row -1, an evicted block); the chunk's last rows pad
+    queries past the prompt's end (last = the end)."""
+    import torch
+
+    pad = min(T // 4, 64)
+    L = T - pad
+    blocks = torch.randperm(R // block, device="cuda", generator=g)[: -(-L // block)]
+    rows = (blocks[:, None] * block + torch.arange(block, device="cuda")).reshape(-1)[:L]
+    rows = torch.cat([rows, torch.full((pad,), -1, device="cuda", dtype=torch.int64)])
+    if 2 * block < L:
+        rows[block : 2 * block] = -1  # an evicted block
+    last = (L - S + torch.arange(S, device="cuda")).clamp(min=0, max=L - 1)
+    last[-2:] = L - 1  # padding queries
+    return {
+        "q": torch.randn(S, H, D, device="cuda", generator=g),
+        "w": torch.rand(S, H, device="cuda", generator=g),
+        "keys": torch.randn(R, D, device="cuda", generator=g).to(torch.bfloat16),
+        "rows": rows,
+        "last": last,
+        "out": torch.full((S, T), float("nan"), device="cuda"),
+    }
+
+
+def check_indexer_causal(run: Runner) -> list[dict]:
+    """The causal form (a prompt chunk over its sequence's key range, read in place through the
+    slots' rows) against float64: slots past a query's last one, hidden rows and padding score
+    EMPTY_SCORE exactly, the others within 1e-4; odd shapes (S not a multiple of the queries a
+    CTA takes, H > 32, D not a multiple of 32, T not a multiple of 16)."""
+    import torch
+
+    from day0.frontend.ops import EMPTY_SCORE
+
+    g = torch.Generator(device="cuda").manual_seed(3)
+    results = []
+    for S, H, D, T, R in ((512, 16, 128, 4160, 8192), (13, 16, 64, 300, 1024), (7, 40, 72, 1001, 2048)):
+        t = _causal_inputs(S, H, D, T, R, 64 if T > 1000 else 16, g)
+        scale = D**-0.5
+        rows, last = t["rows"], t["last"]
+        ref = indexer_reference(t["q"], t["keys"][rows.clamp(min=0)], t["w"], scale)
+        empty = (rows[None, :] < 0) | (torch.arange(T, device="cuda")[None, :] > last[:, None])
+        res = {"piece": "indexer_causal_check", "S": S, "H": H, "D": D, "T": T}
+        for kernel in ("bf16_mma", "bf16"):
+            t["out"].fill_(float("nan"))
+            run(causal_launch(kernel, S, H, D, T, scale), t)
+            torch.cuda.synchronize()
+            out = t["out"]
+            res[f"{kernel}_empty_ok"] = bool((out[empty] == EMPTY_SCORE).all())
+            res[f"{kernel}_rel_err"] = _rel(out[~empty], ref[~empty])
+        res["ok"] = all(res[f"{k}_empty_ok"] and res[f"{k}_rel_err"] < 1e-4 for k in ("bf16_mma", "bf16"))
         results.append(res)
         print(json.dumps(res), flush=True)
     return results
@@ -896,6 +970,7 @@ def main(argv=None) -> int:
         results += check_indexer_rows(run)
         results += _over_contexts(bench_indexer, run, contexts)
     if "indexer_prefill" in pieces:
+        results += check_indexer_causal(run)
         for T in (4096, 32768, 131072):
             results.append(bench_indexer_prefill(run, T))
             torch.cuda.empty_cache()

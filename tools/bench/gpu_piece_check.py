@@ -82,12 +82,12 @@ def pieces(checkpoint: Path = CHECKPOINT) -> dict:
         row = cache_row(compressed, att.kv_a_layernorm, rope_columns(compressed, cos, sin, rank, rope, True))
         kv = kv.index_copy(0, view.rows, row)
         ix = ix.index_copy(0, view.rows, att.indexer.keys(index_key, cos, sin))
-        slots = att.indexer.select(index_weights, q_resid, cos, sin, view.indexed(ix), view.visible, k)
+        slots = att.indexer.select(index_weights, q_resid, cos, sin, ix, view, k)
         query = att._query(absorb_uk(q[..., : att.nope], w_kv[:, : att.nope]), q, cos, sin)
         o_latent = torch.ops.day0.dsa_attention(query, kv, slots, att.scale, rank)
 
-    def select(w, r, c, s, keys, visible):
-        chosen = att.indexer.select(w, r, c, s, (keys, None), visible, k)
+    def select(w, r, c, s, keys, p):
+        chosen = att.indexer.select(w, r, c, s, keys, dense_view(p, T), k)
         return torch.sort(chosen, -1).values.float()  # a set: the targets order it differently
 
     def q_path(r, c, s):
@@ -132,7 +132,7 @@ def pieces(checkpoint: Path = CHECKPOINT) -> dict:
         ),
         "a_qpath": (q_path, (q_a, cos, sin)),
         "a_kvwrite": (lambda r, p: torch.zeros(T, r.shape[1]).index_copy(0, p, r) * 1.0, (row, pos)),
-        "a_select": (select, (index_weights, q_resid, cos, sin, ix, view.visible)),
+        "a_select": (select, (index_weights, q_resid, cos, sin, ix, pos)),
         "a_dsa": (lambda qu, c, sl: torch.ops.day0.dsa_attention(qu, c, sl, att.scale, rank), (query, kv, slots)),
         "a_uv": (lambda o: linear(apply_uv(o, w_kv[:, att.nope :]).reshape(S, -1), att.o_proj), (o_latent,)),
     }
