@@ -71,6 +71,31 @@ def artifact(workdir):
     return get
 
 
+CUDA_MAX_SEQ_LEN = 64
+
+
+@pytest.fixture(scope="session")
+def cuda_artifact(workdir):
+    """A parity checkpoint compiled once a run for cuda-sm90 (max_seq_len 64; compiled only, CI
+    has no GPU): the artifact and the compile's progress events, (stage, event) pairs."""
+    import json
+
+    from day0.lowering.driver import BuildOptions, compile_checkpoint
+
+    def get(name: str) -> tuple[Path, list]:
+        path = workdir / f"artifact-{name}-cuda"
+        events = workdir / f"artifact-{name}-cuda.events.json"
+        with once(workdir, path.name):
+            if not path.exists():
+                notes = []
+                options = BuildOptions(target="cuda-sm90", max_seq_len=CUDA_MAX_SEQ_LEN)
+                compile_checkpoint(shared_checkpoint(workdir, name), path, options, progress=lambda *e: notes.append(e))
+                events.write_text(json.dumps(notes))
+        return path, [tuple(e) for e in json.loads(events.read_text())]
+
+    return get
+
+
 LONG, LONG_BLOCK = 65536, 16  # the long artifacts' max_seq_len and block size
 
 

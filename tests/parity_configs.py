@@ -118,11 +118,8 @@ PARITY = {
         block_size=4,
         prefill_chunk=8,
     ),
-    # K = 24 in tiles of 8, prompt 40 > K; prompts of 16+ tokens run as static chunks of 16 (the
-    # cuda-sm90 form; the 40-token prompt: 0-16, 16-32, then 24-40 re-running 24-32).
-    "ds-tiles": dict(
-        arch="deepseek_v32", config=_DS_TILES, seed=2, tile=8, max_seq_len=96, prompt=40, prefill_chunk=16
-    ),
+    # K = 24 in tiles of 8, prompt 40 > K
+    "ds-tiles": dict(arch="deepseek_v32", config=_DS_TILES, seed=2, tile=8, max_seq_len=96, prompt=40),
     # three layers (two MoE), group-limited routing over 4 groups, many shards.
     "ds-sharded": dict(
         arch="deepseek_v32", config=_DS_SHARDED, seed=3, shard="40KB", tile=4, max_seq_len=64, prompt=24
@@ -131,8 +128,17 @@ PARITY = {
     "ds-sparse-mxfp4": dict(
         arch="deepseek_v32", config=_DS_SPARSE, seed=1, tile=64, max_seq_len=64, prompt=20, experts="compressed-tensors"
     ),
+    # (ds-tiles-mxfp4: prompts of 16+ tokens run as static chunks of 16, the cuda-sm90 form; the
+    # 40-token prompt: 0-16, 16-32, then 24-40 re-running 24-32)
     "ds-tiles-mxfp4": dict(
-        arch="deepseek_v32", config=_DS_TILES, seed=2, tile=8, max_seq_len=96, prompt=40, experts="compressed-tensors"
+        arch="deepseek_v32",
+        config=_DS_TILES,
+        seed=2,
+        tile=8,
+        max_seq_len=96,
+        prompt=40,
+        experts="compressed-tensors",
+        prefill_chunk=16,
     ),
     "ds-sharded-mxfp4": dict(
         arch="deepseek_v32",

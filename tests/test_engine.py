@@ -243,7 +243,7 @@ def test_load_time_limits_are_named(artifact, name):
     with pytest.raises(EngineError, match=r"num_blocks must be an integer >= 2"):
         Engine.load(artifact(name), num_blocks=1)
     with pytest.raises(EngineError, match=r"no paged entry points: compile it with --max-batch"):
-        Engine.load(artifact("ds-tiles"))
+        Engine.load(artifact("ds-tiles-mxfp4"))
     with pytest.raises(ArtifactError, match=r"not on device 'cuda'"):
         Engine.load(artifact(name), device="cuda")
 

@@ -85,7 +85,7 @@ def test_vmfb_of_another_compile_is_refused(artifact, tmp_path):
     config does not run under this manifest."""
 
     def swap(m, art):
-        shutil.copy(artifact("ds-tiles") / VMFB, art / VMFB)
+        shutil.copy(artifact("ds-tiles-mxfp4") / VMFB, art / VMFB)
         m["vmfb"].update(size=(art / VMFB).stat().st_size, sha256=sha256_file(art / VMFB))
 
     art = _edited_copy(artifact, tmp_path, swap)

@@ -101,5 +101,5 @@ def test_inspect_prints_the_plan_against_a_budget(artifact):
     assert info["paged"]["memory"]["budget"]["sequences"][str(m.max_seq_len)] == n
     bad = _day0("inspect", art, "--memory", "lots")
     assert bad.returncode == 2 and "--memory: 'lots' is not a size" in bad.stderr
-    dense = _day0("inspect", artifact("ds-tiles"), "--memory", "1GiB")
+    dense = _day0("inspect", artifact("ds-tiles-mxfp4"), "--memory", "1GiB")
     assert dense.returncode == 2 and "has no paged state (compile it with --max-batch)" in dense.stderr

@@ -9,6 +9,13 @@ from parity_configs import DECODE_STEPS, PARITY, rel_err, sequence
 
 TOL = 1e-3
 CONFIGS = sorted(PARITY)
+# the configs whose compiled artifact the suite builds and checks: every architecture with and
+# without MXFP4 experts, DSA tiles, sharded checkpoints, YaRN, hybrid KDA layouts and each
+# architecture's paged form (each compile costs the 2-core CI ~45 s). The others differ from one of
+# these only in shapes, layer order or routing groups, which the eager model's parity covers.
+COMPILED = sorted(
+    set(CONFIGS) - {"ds-tiles", "ds-sharded", "ds-sparse-mxfp4", "oss-wide", "kl-mla-first", "glm-dsa-first"}
+)
 DEEPSEEK = sorted(n for n in PARITY if PARITY[n]["arch"] == "deepseek_v32")
 
 
@@ -44,7 +51,7 @@ def test_eager_matches_transformers(name, reference, checkpoint):
     assert rel_err(torch.cat(rows), want) < TOL
 
 
-@pytest.mark.parametrize("name", CONFIGS)
+@pytest.mark.parametrize("name", COMPILED)
 def test_compiled_matches_transformers(name, reference, artifact):
     from day0.runtime.session import Session
 
@@ -77,7 +84,7 @@ def test_greedy_token_is_the_argmax_of_the_logits(name, reference, artifact):
     assert on_device.prefill_greedy(turn) == greedy(by_logits.prefill(turn)[-1])
 
 
-@pytest.mark.parametrize("name", CONFIGS)
+@pytest.mark.parametrize("name", COMPILED)
 def test_greedy_generate_matches_transformers(name, reference, artifact):
     from day0.runtime.session import Session
 
@@ -112,7 +119,7 @@ def test_greedy_generate_stopping_at_eos_leaves_the_state_of_its_tokens(name, re
     assert s.decode_greedy(7) == stepwise.decode_greedy(7)
 
 
-@pytest.mark.parametrize("name", ["ds-sparse", "ds-tiles", "ds-sparse-mxfp4", "oss-base", "oss-yarn"])
+@pytest.mark.parametrize("name", ["ds-sparse", "ds-tiles-mxfp4", "oss-base", "oss-yarn"])
 def test_multi_turn_equals_one_forward(name, reference, artifact):
     """prefill, decode, prefill again, decode == one forward over the concatenation; reset."""
     from day0.runtime.session import Session
@@ -144,16 +151,16 @@ def test_first_turn_form_equals_general_prefill(name, checkpoint):
 
 
 def test_static_prefill_chunk_entry(artifact):
-    """ds-tiles' artifact has the static-length prefill (the parity tests above run its prompts
+    """ds-tiles-mxfp4's artifact has the static-length prefill (the parity tests above run its prompts
     through it); artifacts without one, and models with a recurrent state, use dynamic prefill."""
     from day0.lowering.driver import BuildOptions, prefill_chunk
     from day0.models.deepseek_v32 import DeepseekV32
     from day0.models.kimi_linear import KimiLinear
     from day0.runtime.session import Session
 
-    s = Session.load(artifact("ds-tiles"))
+    s = Session.load(artifact("ds-tiles-mxfp4"))
     assert s.manifest.entry_points["prefill_chunk"].static_len == s._chunk_len == 16
-    assert Session.load(artifact("ds-sharded"))._chunk_len == 0
+    assert Session.load(artifact("ds-sharded-mxfp4"))._chunk_len == 0
     asked = BuildOptions(prefill_chunk=16, max_seq_len=64)
     assert prefill_chunk(object.__new__(DeepseekV32), asked) == 16
     assert prefill_chunk(object.__new__(KimiLinear), asked) == 0  # KDA state: re-running is not exact

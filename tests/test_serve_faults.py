@@ -240,7 +240,10 @@ def test_health_is_503_until_the_warm_up_ran(demo_engine_artifact, tmp_path):
     ],
 )
 def test_serve_refuses_bad_arguments_before_binding(demo_engine_artifact, artifact, args, words):
-    args = [str(demo_engine_artifact) if a == "ART" else str(artifact("ds-tiles")) if a == "DENSE" else a for a in args]
+    args = [
+        str(demo_engine_artifact) if a == "ART" else str(artifact("ds-tiles-mxfp4")) if a == "DENSE" else a
+        for a in args
+    ]
     out = subprocess.run(
         [sys.executable, "-m", "day0.tools.cli", "serve", *args, "--port" if "--port" not in args else "--host",
          "0" if "--port" not in args else "127.0.0.1"],

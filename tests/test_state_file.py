@@ -55,7 +55,7 @@ def test_state_of_another_config_is_refused(artifact, tmp_path):
     a = Session.load(artifact("ds-sparse"))
     a.prefill(_ids(5))
     path = a.save_state(tmp_path / "s.npz")
-    other = Session.load(artifact("ds-tiles"))
+    other = Session.load(artifact("ds-tiles-mxfp4"))
     with pytest.raises(StateFileError, match=r"different model: config field 'hidden_size' is 64 there, 96 here"):
         other.load_state(path)
     assert other.position == 0  # unchanged
