@@ -99,7 +99,7 @@ def function_text(kernel: str, H: int, D: int, T: int | None, scale: float) -> s
         t_lines = f"""    %gx = arith.constant {kg.indexer_grid_x(kernel, T)} : index
     %T = arith.constant {T} : i32"""
         o_dims = "{%s}"
-    t_dyn = "%t" if T is None else ""
+    r_dims = "{%t}" if T is None else ""  # the causal form's rows [T]
     # a CTA takes qb queries (the tensor-core kernel of one key range: kernel_geometry.indexer_queries_per_cta)
     per_cta = f"""
     %qb = arith.constant {kg.indexer_queries_per_cta(kernel, H)} : index
@@ -107,7 +107,7 @@ def function_text(kernel: str, H: int, D: int, T: int | None, scale: float) -> s
     %S = arith.index_cast %s : index to i32"""
     if causal:
         params, operands = f"%q: {q_t}, %k: {k_t}, %r: {r_t}, %l: {l_t}, %w: {w_t}", "%q, %k, %r, %l, %w"
-        types = f"{q_t}{{%s}}, {k_t}{{%n}}, {r_t}{{{t_dyn}}}, {l_t}{{%s}}, {w_t}{{%s}}"
+        types = f"{q_t}{{%s}}, {k_t}{{%n}}, {r_t}{r_dims}, {l_t}{{%s}}, {w_t}{{%s}}"
         extra = f"""
     %n = tensor.dim %k, %c0 : {k_t}{per_cta}"""
         consts, const_types, gy = "%H, %D, %T, %scale, %S", "i32, i32, i32, i32, i32", "%gy"

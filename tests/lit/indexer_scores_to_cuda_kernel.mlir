@@ -93,6 +93,15 @@ func.func @paged_chunk(%q: !torch.vtensor<[512,16,64],f32>, %k: !torch.vtensor<[
 // EXACT-LABEL: func.func @paged_chunk(
 // EXACT: call @day0_indexer_scores_causal_bf16_H16_D64_Tq_s3e000000(
 
+// A dense decode step over a static cache: the causal form with a static key range of 1024 + 8 slots.
+func.func @dense_decode(%q: !torch.vtensor<[1,16,64],f32>, %k: !torch.vtensor<[1024,64],bf16>, %r: !torch.vtensor<[1032],si64>, %l: !torch.vtensor<[1],si64>, %w: !torch.vtensor<[1,16],f32>) -> !torch.vtensor<[1,1032],f32> {
+  %scale = torch.constant.float 0.125
+  %o = torch.operator "torch.day0.indexer_scores_causal"(%q, %k, %r, %l, %w, %scale) : (!torch.vtensor<[1,16,64],f32>, !torch.vtensor<[1024,64],bf16>, !torch.vtensor<[1032],si64>, !torch.vtensor<[1],si64>, !torch.vtensor<[1,16],f32>, !torch.float) -> !torch.vtensor<[1,1032],f32>
+  return %o : !torch.vtensor<[1,1032],f32>
+}
+// CHECK-LABEL: func.func @dense_decode(
+// CHECK: call @day0_indexer_scores_causal_bf16_mma_H16_D64_T1032_s3e000000({{.*}}) : (tensor<?x16x64xf32>, tensor<?x64xbf16>, tensor<1032xi64>, tensor<?xi64>, tensor<?x16xf32>) -> tensor<?x1032xf32>
+
 // CHECK: hal.executable.source private @day0_indexer_scores
 // CHECK: hal.executable.export public @day0_indexer_scores_f32 ordinal(0)
 // CHECK: hal.executable.export public @day0_indexer_scores_bf16 ordinal(1)
@@ -123,6 +132,10 @@ func.func @paged_chunk(%q: !torch.vtensor<[512,16,64],f32>, %k: !torch.vtensor<[
 // CHECK-LABEL: func.func private @day0_indexer_scores_bf16_mma_H32_D128_T100000_s3e000000(
 // CHECK: [[GY:%.+]] = arith.ceildivui %dim, %c2 : index
 // CHECK: flow.dispatch @day0_indexer_scores::@day0_indexer_scores_bf16_mma[%c264, [[GY]]](%c32_i32, %c128_i32, %c100000_i32, %c1040187392_i32, {{%.+}}, %arg0, %arg1, %arg2)
+
+// A static key range: its grid x a constant, the rows without a dynamic size.
+// CHECK-LABEL: func.func private @day0_indexer_scores_causal_bf16_mma_H16_D64_T1032_s3e000000(
+// CHECK: flow.dispatch @day0_indexer_scores::@day0_indexer_scores_causal_bf16_mma[%c9, {{%.+}}](%c16_i32, %c64_i32, %c1032_i32, {{.*}}) : ({{.*}}, tensor<1032xi64>, tensor<?xi64>{{.*}}) -> tensor<?x1032xf32>
 
 // The causal form: the key count from the rows (dim 0), 4 queries a CTA as for one key range; the
 // queries' last slots [S] pass with the query count.
