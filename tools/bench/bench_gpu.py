@@ -214,9 +214,11 @@ def package(out: Path, config: str, target: str, pieces=PIECES, cache: Path = Pa
             steps = dsa_steps(r, d["top_k"], d["latent"], d["index_heads"], d["index_dim"])
             _compile(steps, args, dsa, target, out / f"{name}.vmfb")
             entries[name] = {"piece": "dsa", "context": T, "reps": r}
-    e2e = bench_e2e.package(out, config, target, cache) if "e2e" in pieces else None
-    glm5 = bench_gpu_glm5.package(out, config, target, cache) if "glm5" in pieces else None
     engine = bench_gpu_engine.package(out, config, target, cache) if "engine" in pieces else None
+    # the e2e piece's artifact of the target's cache dtype is the engine piece's (same checkpoint)
+    reuse = out / "engine" / "artifact" if engine is not None else None
+    e2e = bench_e2e.package(out, config, target, cache, reuse) if "e2e" in pieces else None
+    glm5 = bench_gpu_glm5.package(out, config, target, cache) if "glm5" in pieces else None
     serve = bench_gpu_engine.package_serve(out, config, target, cache, engine) if "serve" in pieces else None
     long = bench_gpu_long.package(out, config, target, cache, engine) if "long" in pieces else None
     default = bench_gpu_default.package(out, config, target) if "default" in pieces else None
