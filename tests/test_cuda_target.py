@@ -53,10 +53,11 @@ def test_mxfp4_checkpoints_compile_for_sm90_with_the_mxfp4_kernels(cuda_artifact
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["kl-base", "glm-base"])
+@pytest.mark.parametrize("name", ["kl-base"])
 def test_kda_models_compile_for_sm90(cuda_artifact, name):
-    """KDA's chunk loop (a while loop over whole chunks) and glm5_next's k-pool DSA layers compile
-    for CUDA; models with a recurrent state get no static prefill chunk (lowering/driver.py).
+    """KDA's chunk loop (a while loop over whole chunks) compiles for CUDA; models with a
+    recurrent state get no static prefill chunk (lowering/driver.py). (glm5_next's KDA and k-pool
+    DSA layers: tests/test_glm5_vision_artifact.py's CUDA compile checks the same.)
     IREE 3.13 rejects caller transients for that loop's dynamic-length prefill: the driver says so
     and compiles without them (the manifest's flags and the module agree), leaving no repro."""
     from day0.runtime.artifact import read_manifest
@@ -72,10 +73,7 @@ def test_kda_models_compile_for_sm90(cuda_artifact, name):
     assert not [p for p in art.parent.iterdir() if p.name.startswith(art.name) and "repro" in p.name]  # none kept
     assert "prefill_chunk" not in manifest.entry_points
     assert {s.kind for s in manifest.state} >= {"kda_state", "conv_tail"}
-    vmfb = (art / "model.vmfb").read_bytes()
-    assert b".target sm_90" in vmfb
-    if name.startswith("glm"):
-        assert b"day0_dsa_partial_f32" in vmfb and b"day0_topk_small" in vmfb
+    assert b".target sm_90" in (art / "model.vmfb").read_bytes()
 
 
 def test_matmul_terms_reach_the_pass_and_are_bounded(tmp_path):

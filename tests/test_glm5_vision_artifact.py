@@ -318,9 +318,13 @@ def test_cuda_keeps_the_tower(ckpt, tmp_path):
     """cuda-sm90 compiles the tower too (Target.images), its attention on day0's kernel: the
     export keeps one day0::vision_attention a block and encode_image entry, the pass turns each
     into a dispatch of the kernel at one bf16 term (the target's image_terms), and iree-compile
-    takes it (the GPU run of the kernel: tools/bench/gpu_vision_attention_check.py, docs/perf.md)."""
+    takes it (the GPU run of the kernel: tools/bench/gpu_vision_attention_check.py, docs/perf.md).
+    It is also tests/test_cuda_target.py's KDA check for glm5_next (KDA, k-pool DSA): the KDA
+    loop's dynamic-length prefill takes no caller transients (the driver says so and compiles
+    without them) and no static prefill chunk."""
     from day0.lowering.driver import BuildOptions, compile_checkpoint
     from day0.lowering.targets import get_target
+    from day0.runtime.artifact import read_manifest
 
     notes = []
     assert get_target("cuda-sm90").images and get_target("cuda-sm90").image_terms == 1
@@ -338,7 +342,16 @@ def test_cuda_keeps_the_tower(ckpt, tmp_path):
         "day0_vision_attention_P64_H2_D16_t1_s3e800000",
     ]
     assert len(calls) == depth * buckets
-    assert b"day0_vision_attention_d16_t1" in (tmp_path / "a" / "model.vmfb").read_bytes()
+    vmfb = (tmp_path / "a" / "model.vmfb").read_bytes()
+    assert b"day0_vision_attention_d16_t1" in vmfb
+    # glm5_next's text model on CUDA
+    again = [e for e in notes if e.startswith("again without --iree-torch-externalize-transients")]
+    assert len(again) == 1 and "does not dominate" in again[0]
+    manifest = read_manifest(tmp_path / "a", verify=False)
+    assert "--iree-torch-externalize-transients" not in manifest.compile_flags
+    assert "prefill_chunk" not in manifest.entry_points
+    assert {s.kind for s in manifest.state} >= {"kda_state", "conv_tail"}
+    assert b".target sm_90" in vmfb and b"day0_topk_small" in vmfb and b"transients_size" not in vmfb
 
 
 def test_text_only_checkpoint_is_unchanged(tmp_path):
