@@ -422,8 +422,6 @@ def check_indexer_rows(run: Runner) -> list[dict]:
     columns of -1 after it), some -1 scattered inside."""
     import torch
 
-    from day0.frontend.ops import EMPTY_SCORE
-
     g = torch.Generator(device="cuda").manual_seed(2)
     results = []
     for S, H, D, R, T in ((3, 64, 128, 9000, 6144), (2, 32, 128, 700, 530), (4, 40, 100, 300, 77)):
@@ -446,29 +444,39 @@ def check_indexer_rows(run: Runner) -> list[dict]:
                 for s in range(S)
             ]
         )
-        empty = rows < 0
         res = {"piece": "indexer_rows_check", "S": S, "H": H, "D": D, "T": T}
-        for kernel in ("rows_bf16_mma", "rows_bf16"):
-            t["out"].fill_(float("nan"))
-            grid = kg.indexer_grid(kernel, S, T, H)
-            run(
-                Launch(
-                    kg.INDEXER_SCORES.ptx,
-                    kg.indexer_entry(kernel),
-                    grid,
-                    ("q", "keys", "rows", "w", "out"),
-                    (H, D, T, kg.f32_bits(scale)),
-                ),
-                t,
+        launches = {
+            kernel: Launch(
+                kg.INDEXER_SCORES.ptx,
+                kg.indexer_entry(kernel),
+                kg.indexer_grid(kernel, S, T, H),
+                ("q", "keys", "rows", "w", "out"),
+                (H, D, T, kg.f32_bits(scale)),
             )
-            torch.cuda.synchronize()
-            out = t["out"]
-            res[f"{kernel}_empty_ok"] = bool((out[empty] == EMPTY_SCORE).all())
-            res[f"{kernel}_rel_err"] = _rel(out[~empty], ref[~empty])
-        res["ok"] = all(res[f"{k}_empty_ok"] and res[f"{k}_rel_err"] < 1e-4 for k in ("rows_bf16_mma", "rows_bf16"))
+            for kernel in ("rows_bf16_mma", "rows_bf16")
+        }
+        _check_masked(run, launches, t, ref, rows < 0, res)
         results.append(res)
         print(json.dumps(res), flush=True)
     return results
+
+
+def _check_masked(run: Runner, launches: dict, t: dict, ref, empty, res: dict) -> None:
+    """Each of `launches` (name -> Launch) on the tensors t against the float64 scores ref: into
+    res, <name>_empty_ok (EMPTY_SCORE exactly where `empty`) and <name>_rel_err (the others), and
+    ok (all empty right, all within 1e-4)."""
+    import torch
+
+    from day0.frontend.ops import EMPTY_SCORE
+
+    for name, launch in launches.items():
+        t["out"].fill_(float("nan"))
+        run(launch, t)
+        torch.cuda.synchronize()
+        out = t["out"]
+        res[f"{name}_empty_ok"] = bool((out[empty] == EMPTY_SCORE).all())
+        res[f"{name}_rel_err"] = _rel(out[~empty], ref[~empty])
+    res["ok"] = all(res[f"{k}_empty_ok"] and res[f"{k}_rel_err"] < 1e-4 for k in launches)
 
 
 def causal_launch(kernel: str, S: int, H: int, D: int, T: int, scale: float) -> Launch:
@@ -515,8 +523,6 @@ def check_indexer_causal(run: Runner) -> list[dict]:
     CTA takes, H > 32, D not a multiple of 32, T not a multiple of 16)."""
     import torch
 
-    from day0.frontend.ops import EMPTY_SCORE
-
     g = torch.Generator(device="cuda").manual_seed(3)
     results = []
     for S, H, D, T, R in ((512, 16, 128, 4160, 8192), (13, 16, 64, 300, 1024), (7, 40, 72, 1001, 2048)):
@@ -526,14 +532,8 @@ def check_indexer_causal(run: Runner) -> list[dict]:
         ref = indexer_reference(t["q"], t["keys"][rows.clamp(min=0)], t["w"], scale)
         empty = (rows[None, :] < 0) | (torch.arange(T, device="cuda")[None, :] > last[:, None])
         res = {"piece": "indexer_causal_check", "S": S, "H": H, "D": D, "T": T}
-        for kernel in ("bf16_mma", "bf16"):
-            t["out"].fill_(float("nan"))
-            run(causal_launch(kernel, S, H, D, T, scale), t)
-            torch.cuda.synchronize()
-            out = t["out"]
-            res[f"{kernel}_empty_ok"] = bool((out[empty] == EMPTY_SCORE).all())
-            res[f"{kernel}_rel_err"] = _rel(out[~empty], ref[~empty])
-        res["ok"] = all(res[f"{k}_empty_ok"] and res[f"{k}_rel_err"] < 1e-4 for k in ("bf16_mma", "bf16"))
+        launches = {kernel: causal_launch(kernel, S, H, D, T, scale) for kernel in ("bf16_mma", "bf16")}
+        _check_masked(run, launches, t, ref, empty, res)
         results.append(res)
         print(json.dumps(res), flush=True)
     return results
