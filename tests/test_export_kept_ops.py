@@ -106,8 +106,7 @@ def test_batched_decode_steps_keep_the_rows_form(demo_model):
     assert mlir.count('torch.operator "torch.day0.indexer_scores_rows"') == 2 * layers  # decode_1, decode_3
     assert mlir.count('torch.operator "torch.day0.indexer_scores_causal"(') >= layers  # the prompt chunk
     assert 'torch.operator "torch.day0.indexer_scores"(' not in mlir  # no gathered key range left
-    cpu = export_model(demo_model, 64, paged=PagedExport(4, (1, 3))).mlir
-    assert "indexer_scores_rows" not in cpu
+    # (a target that keeps nothing gets the reference bodies: test_a_kept_op_stays_whole_and_others_get_its_body)
 
 
 def test_the_rows_form_is_the_gathered_form():
