@@ -227,15 +227,21 @@ __device__ __forceinline__ void indexer_scores_mma(const float* __restrict__ q,
   const float scale = __int_as_float(scale_bits);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, i = lane & 3;
+  // The grid is (key ranges, query groups). One key range for every query: the CTAs of one key
+  // range take consecutive block ids, so that the query groups reading the same keys run together
+  // and share them in L2 (in grid order, each group would stream every key from memory).
+  const bool shared = !slots.per_query();
+  const int id = blockIdx.x + blockIdx.y * gridDim.x;
+  const int kx = shared ? id / gridDim.y : blockIdx.x, qy = shared ? id % gridDim.y : blockIdx.y;
   const int tiles = (T + TILE - 1) / TILE;
   const int per = (tiles + gridDim.x - 1) / gridDim.x;
-  const int first = blockIdx.x * per, last = min(first + per, tiles);
+  const int first = kx * per, last = min(first + per, tiles);
   const bool vec = (D & 7) == 0;
   const int nchunks = (D + 31) / 32, nt_n = (H + 7) / 8;
   // queries of this CTA: one in the rows form (each query its own keys), else QUNITS / nt_n sharing
   // every key tile a warp loads (a prefill chunk's queries read the same keys: fewer loads a product)
-  const int qb = slots.per_query() ? 1 : queries_per_cta(H);
-  const int s_first = blockIdx.y * qb, nq = min(qb, S - s_first);
+  const int qb = shared ? queries_per_cta(H) : 1;
+  const int s_first = qy * qb, nq = min(qb, S - s_first);
   long long reach = T;  // no key past the CTA's queries' last slot is loaded (the causal form)
   if (slots.last) {
     reach = -1;
