@@ -72,8 +72,8 @@ def indexer_scores_site(op: Operation) -> IndexerScoresSite:
     for what, t, rank in zip((*names[:-1], "result"), types, ranks):
         if t is None or len(t.dims) != rank:
             raise Broken(f"{what} must be a rank-{rank} !torch.vtensor")
-    q, keys, *rest = types
-    r, last, w, out = rest if causal else (*rest[:1], None, *rest[1:]) if rows else (None, None, *rest)
+    named = dict(zip((*names[:-1], "result"), types))
+    q, keys, r, last, w, out = (named.get(n) for n in ("q", "keys", "rows", "last", "weights", "result"))
     (S, H, D), Dk = q.dims, keys.dims[1]
     if q.dtype != "f32" or w.dtype != "f32" or out.dtype != "f32":
         raise Broken(f"q, weights and result must be f32, got {q.dtype}, {w.dtype}, {out.dtype}")
