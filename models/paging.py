@@ -63,7 +63,9 @@ class CacheView:
         return rows if self.per_query else rows[0]
 
     def indexed_pools(self, cache: Tensor, pool: int) -> tuple[Tensor, Tensor | None]:
-        """`indexed` for a cache of one row per `pool` positions (see pool_rows)."""
+        """An indexer's keys for ops.indexer_scores from a cache of one row per `pool` positions
+        (see pool_rows): (the key range's pooled rows [L/pool, *row], None), shared by every
+        query; or per query (cache, pool rows [S, L/pool]), which the op reads in place."""
         return (cache, self.pool_rows(pool)) if self.per_query else (self.gather_pools(cache, pool), None)
 
     def pool_rows(self, pool: int) -> Tensor:

@@ -164,9 +164,8 @@ class IndexerScoresToCudaKernel(KernelCallPass):
     def refuse(site: IndexerScoresSite) -> str | None:
         """What the kernels cannot take (their shared memory holds H <= 64 heads of D <= 128)."""
         if site.H > kg.INDEXER_MAX_H or site.D > kg.INDEXER_MAX_D:
-            what = "indexer_scores_causal" if site.causal else "indexer_scores_rows" if site.rows else "indexer_scores"
             return (
-                f"{what}: the CUDA kernel takes H <= {kg.INDEXER_MAX_H} heads of D <= {kg.INDEXER_MAX_D}, "
+                f"{site.what}: the CUDA kernel takes H <= {kg.INDEXER_MAX_H} heads of D <= {kg.INDEXER_MAX_D}, "
                 f"got H={site.H}, D={site.D}"
             )
         return None

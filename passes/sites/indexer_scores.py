@@ -53,22 +53,29 @@ class IndexerScoresSite:
     rows: bool = False
     causal: bool = False
 
+    @property
+    def what(self) -> str:
+        """The op's name in messages: indexer_scores, indexer_scores_rows or indexer_scores_causal."""
+        return label(self.op)
+
+
+def label(op: Operation) -> str:
+    return operator_name(op).removeprefix("torch.day0.")
+
 
 def match_indexer_scores(op: Operation, diag: DiagnosticEngine) -> IndexerScoresSite | None:
     """The site if `op` keeps the contract, else one error at the op and None."""
-    what = operator_name(op).removeprefix("torch.day0.")
-    return report(op, diag, what, indexer_scores_site)
+    return report(op, diag, label(op), indexer_scores_site)
 
 
 def indexer_scores_site(op: Operation) -> IndexerScoresSite:
     """The site of `op`, or Broken."""
-    causal = operator_name(op) == CAUSAL_OP_NAME
-    rows = causal or operator_name(op) == ROWS_OP_NAME
-    names = ("q", "keys", "rows", "weights", "scale") if rows else ("q", "keys", "weights", "scale")
+    causal, per_query = operator_name(op) == CAUSAL_OP_NAME, operator_name(op) == ROWS_OP_NAME
+    names = ("q", "keys", "rows", "weights", "scale") if per_query else ("q", "keys", "weights", "scale")
     names = ("q", "keys", "rows", "last", "weights", "scale") if causal else names
     *tensors, scale_v = operands(op, names)
     types = [TensorType.of(v) for v in (*tensors, op.result)]
-    ranks = (3, 2, 1, 1, 2, 2) if causal else (3, 2, 2, 2, 2) if rows else (3, 2, 2, 2)
+    ranks = (3, 2, 1, 1, 2, 2) if causal else (3, 2, 2, 2, 2) if per_query else (3, 2, 2, 2)
     for what, t, rank in zip((*names[:-1], "result"), types, ranks):
         if t is None or len(t.dims) != rank:
             raise Broken(f"{what} must be a rank-{rank} !torch.vtensor")
@@ -84,13 +91,13 @@ def indexer_scores_site(op: Operation) -> IndexerScoresSite:
             raise Broken(f"{what} must be si64, got {t.dtype}")
     if None in (H, D, Dk):
         raise Broken("H and D must be static (the query count S and key count T may be dynamic)")
-    T = r.dims[-1] if rows else keys.dims[0]
-    bad_rows = causal and last.dims[0] != S or rows and not causal and r.dims[0] != S
+    T = r.dims[-1] if r is not None else keys.dims[0]
+    bad_rows = causal and last.dims[0] != S or per_query and r.dims[0] != S
     if Dk != D or w.dims != (S, H) or out.dims != (S, T) or bad_rows:
         shapes = [f"q {fmt_dims(q.dims)}", f"keys {fmt_dims(keys.dims)}"]
-        shapes += [f"rows {fmt_dims(r.dims)}"] if rows else []
+        shapes += [f"rows {fmt_dims(r.dims)}"] if r is not None else []
         shapes += [f"last {fmt_dims(last.dims)}"] if causal else []
         shapes += [f"weights {fmt_dims(w.dims)}", f"result {fmt_dims(out.dims)}"]
         raise Broken("shapes disagree: " + ", ".join(shapes))
     scale = constant(scale_v, "torch.constant.float", "scale")
-    return IndexerScoresSite(op, S, H, D, T, keys.dtype, scale, rows and not causal, causal)
+    return IndexerScoresSite(op, S, H, D, T, keys.dtype, scale, per_query, causal)
