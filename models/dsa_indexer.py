@@ -60,18 +60,19 @@ class Indexer(nn.Module):
         return rope_columns(k, cos, sin, 0, self.rope_dim, interleaved=False)
 
     def select(
-        self, head_weights: Tensor, q_resid: Tensor, cos: Tensor, sin: Tensor, cache: Tensor, view: CacheView, k: int
+        self, head_weights: Tensor, projected: Tensor, cos: Tensor, sin: Tensor, cache: Tensor, view: CacheView, k: int
     ) -> Tensor:
         """Selected slots [S, k] int64 (-1 = empty) of the key range of `view` (models/paging.py)
         in the indexer key `cache` (new keys already written) for the new tokens, whose
         `weights_proj` projection times `weight_scale` is head_weights [S, H_I] (computed with
-        the caller's other projections of x, like `keys`' input); k: the static selection width
+        the caller's other projections of x, like `keys`' input) and whose `wq_b` projection of
+        q_resid is projected [S, H_I · d_I] (computed with the caller's other projections of q_resid:
+        layers.linears); k: the static selection width
         (≤ index_topk). The op reads the keys in place: through the key range's slot rows and
         the queries' positions when the range is shared (a prompt chunk, dense or paged), else
         through each query's rows (a batched decode step).
         """
-        s = q_resid.shape[0]
-        q = linear(q_resid, self.wq_b).view(s, self.heads, self.head_dim)
+        q = projected.view(projected.shape[0], self.heads, self.head_dim)
         q = rope_columns(q, cos, sin, 0, self.rope_dim, interleaved=False)
         scale = self.head_dim**-0.5
         # k empty columns keep top-k defined when fewer than k keys are in range (a short first

@@ -67,7 +67,15 @@ class SparseMLA(nn.Module):
         )
         compressed = linear(x, self.kv_a_proj_with_mqa)
         q_resid = self.q_a_layernorm(q_a)
-        q = linear(q_resid, self.q_b_proj).view(s, self.heads, self.nope + self.rope)
+        # one row (a decode step): the two projections of q_resid in one matvec as well, the
+        # queries' and the indexer's (a launch fewer a layer). Not for several rows: the day0
+        # linear kernel's [S, N] result would be split by column copies (docs/perf.md, launches);
+        # a dynamic S (a SymInt while exporting) takes the separate form
+        if isinstance(s, int) and s == 1:
+            q, index_q = linears(q_resid, self.q_b_proj, self.indexer.wq_b)
+        else:
+            q, index_q = linear(q_resid, self.q_b_proj), linear(q_resid, self.indexer.wq_b)
+        q = q.view(s, self.heads, self.nope + self.rope)
 
         row = cache_row(compressed, self.kv_a_layernorm, rope_columns(compressed, cos, sin, self.rank, self.rope, True))
         # caches may be bf16 (CausalLM.cache_dtype): rows are rounded once, when written
@@ -75,7 +83,7 @@ class SparseMLA(nn.Module):
         index_cache = index_cache.index_copy(0, view.rows, self.indexer.keys(index_key, cos, sin).to(index_cache.dtype))
 
         # slots of the key range, then the cache rows holding them
-        slots = self.indexer.select(index_weights, q_resid, cos, sin, index_cache, view, k)
+        slots = self.indexer.select(index_weights, index_q, cos, sin, index_cache, view, k)
         selected = view.physical(slots)
 
         w_kv = self.kv_b_proj.weight.float().view(self.heads, self.nope + self.v, self.rank)

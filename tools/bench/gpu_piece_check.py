@@ -82,7 +82,8 @@ def pieces(checkpoint: Path = CHECKPOINT) -> dict:
         row = cache_row(compressed, att.kv_a_layernorm, rope_columns(compressed, cos, sin, rank, rope, True))
         kv = kv.index_copy(0, view.rows, row)
         ix = ix.index_copy(0, view.rows, att.indexer.keys(index_key, cos, sin))
-        slots = att.indexer.select(index_weights, q_resid, cos, sin, ix, view, k)
+        index_q = linear(q_resid, att.indexer.wq_b)
+        slots = att.indexer.select(index_weights, index_q, cos, sin, ix, view, k)
         query = att._query(absorb_uk(q[..., : att.nope], w_kv[:, : att.nope]), q, cos, sin)
         o_latent = torch.ops.day0.dsa_attention(query, kv, slots, att.scale, rank)
 
@@ -132,7 +133,7 @@ def pieces(checkpoint: Path = CHECKPOINT) -> dict:
         ),
         "a_qpath": (q_path, (q_a, cos, sin)),
         "a_kvwrite": (lambda r, p: torch.zeros(T, r.shape[1]).index_copy(0, p, r) * 1.0, (row, pos)),
-        "a_select": (select, (index_weights, q_resid, cos, sin, ix, pos)),
+        "a_select": (select, (index_weights, index_q, cos, sin, ix, pos)),
         "a_dsa": (lambda qu, c, sl: torch.ops.day0.dsa_attention(qu, c, sl, att.scale, rank), (query, kv, slots)),
         "a_uv": (lambda o: linear(apply_uv(o, w_kv[:, att.nope :]).reshape(S, -1), att.o_proj), (o_latent,)),
     }
