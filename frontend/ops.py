@@ -5,10 +5,12 @@ a pass in `day0.passes` expands it before IREE sees the module. The eager kernel
 semantic reference those passes are tested against.
 """
 
+import math
 from contextlib import contextmanager
 from contextvars import ContextVar
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 
@@ -42,7 +44,7 @@ def _(q: Tensor, kv: Tensor, indices: Tensor, scale: float, value_dim: int) -> T
 # function of the same name; it emits the custom op only inside `keeping({...})` (set by export
 # for the target), and otherwise the op's reference body, so other targets trace plain aten ops.
 # (A decomposition-table entry for a custom op would change later exports in the process too.)
-DECOMPOSABLE = ("indexer_scores", "moe_route", "materialize", "vision_attention")
+DECOMPOSABLE = ("indexer_scores", "moe_route", "materialize", "vision_attention", "mxfp4_moe_swiglu")
 _KEPT: ContextVar[frozenset] = ContextVar("day0_kept_ops", default=frozenset())
 
 
@@ -232,6 +234,41 @@ def mxfp4_moe(x: Tensor, packed: Tensor, scales: Tensor, experts: Tensor) -> Ten
 def _(x: Tensor, packed: Tensor, scales: Tensor, experts: Tensor) -> Tensor:
     torch._check(x.dim() == 2 and packed.dim() == 3 and scales.dim() == 3 and experts.dim() == 2)
     return x.new_empty(x.shape[0], experts.shape[1], packed.shape[1])
+
+
+def mxfp4_moe_swiglu(gate_up: Tensor, packed: Tensor, scales: Tensor, experts: Tensor, limit: float | None) -> Tensor:
+    """The experts' down projection from their gate_up output: mxfp4_moe(swiglu(gate_up), ...).
+
+    gate_up f32 [T, 2I] ([gate | up] halves, one (token, slot) row each, as mxfp4_moe's
+    gate_up result reshaped); packed u8 [E, N, I/2]; scales u8 [E, N, I/32]; experts i64 [T, 1];
+    limit: SwiGLU's clamp (gate ≤ limit, up in [-limit, limit]; models/layers.swiglu) or None.
+    Returns f32 [T, 1, N]. A target that keeps `mxfp4_moe_swiglu` gets `day0::mxfp4_moe_swiglu`:
+    cuda-sm90's expert matvec applies the SwiGLU as it stages x, where the SwiGLU was a dispatch
+    of its own between the two expert matvecs of every MoE layer (docs/perf.md, launches).
+    """
+    if "mxfp4_moe_swiglu" in _KEPT.get():
+        return torch.ops.day0.mxfp4_moe_swiglu(gate_up, packed, scales, experts, math.inf if limit is None else limit)
+    return mxfp4_moe_swiglu_reference(gate_up, packed, scales, experts, limit)
+
+
+def mxfp4_moe_swiglu_reference(
+    gate_up: Tensor, packed: Tensor, scales: Tensor, experts: Tensor, limit: float | None
+) -> Tensor:
+    gate, up = gate_up.chunk(2, dim=-1)
+    if limit is not None and math.isfinite(limit):
+        gate, up = gate.clamp(max=limit), up.clamp(-limit, limit)
+    return torch.ops.day0.mxfp4_moe(F.silu(gate) * up, packed, scales, experts)
+
+
+@torch.library.custom_op("day0::mxfp4_moe_swiglu", mutates_args=())
+def _mxfp4_moe_swiglu_op(gate_up: Tensor, packed: Tensor, scales: Tensor, experts: Tensor, limit: float) -> Tensor:
+    return mxfp4_moe_swiglu_reference(gate_up, packed, scales, experts, limit)
+
+
+@_mxfp4_moe_swiglu_op.register_fake
+def _(gate_up: Tensor, packed: Tensor, scales: Tensor, experts: Tensor, limit: float) -> Tensor:
+    torch._check(gate_up.dim() == 2 and packed.dim() == 3 and scales.dim() == 3 and experts.dim() == 2)
+    return gate_up.new_empty(gate_up.shape[0], experts.shape[1], packed.shape[1])
 
 
 # --- DeepSeek's group-limited sigmoid routing (models/moe.py's Router), as one op.

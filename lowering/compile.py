@@ -15,6 +15,7 @@ and `CompileError` is raised naming the stage, the first error line and the repr
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -138,6 +139,19 @@ def compile_to_phase(
             repro_dir=repro_dir,
         )
         return out.read_text()
+
+
+def flow_dispatches(flow: str, function: str) -> list[str]:
+    """The dispatches one call of `function` launches, in order, from IREE's flow phase text
+    (`compile_to_phase(..., "flow")` or a `--dump-stages` artifact's stages/iree/phases/*.flow.mlir):
+    each `flow.dispatch @executable::@entry`'s entry name, in the body of the function's
+    `$async` form (its synchronous wrapper only waits on it)."""
+    head = re.search(r"util\.func public @" + re.escape(function) + r"\$async\(", flow)
+    if head is None:
+        raise ValueError(f"no function {function!r} in the flow text")
+    end = re.search(r"\n  (util\.func|util\.initializer|flow\.executable|util\.global)\b", flow[head.end() :])
+    body = flow[head.end() : head.end() + end.start()] if end else flow[head.end() :]
+    return re.findall(r"flow\.dispatch @[\w$]+::@([\w$]+)", body)
 
 
 def _run(

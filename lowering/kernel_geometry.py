@@ -213,7 +213,11 @@ MXFP4_MATVEC = KernelSet(
     "mxfp4_matvec.cu",
     "mxfp4_matvec.sm_90.ptx",
     # x, packed, scales, experts (i64) | out ; K, N, k, E ; grid (ceil(N/32), rows)
-    (Entry("day0_mxfp4_matvec", (True, True, True, True, False), 4, 2),),
+    (
+        Entry("day0_mxfp4_matvec", (True, True, True, True, False), 4, 2),
+        # x: gate_up [rows, 2K] staged through the SwiGLU ; the same, then the clamp's f32 bits
+        Entry("day0_mxfp4_matvec_swiglu", (True, True, True, True, False), 5, 2),
+    ),
 )
 MXFP4_ROWS_PER_CTA = 32  # output columns (weight rows) a CTA: 8 warps × 4 (ROWS_PER_CTA)
 MXFP4_MAX_K = 8192  # x's row is cached in shared memory (MAX_K)

@@ -319,7 +319,7 @@ TARGETS: dict[str, Target] = {
             ("matmul", lambda i: f"matmul-to-bf16-terms{{terms={i.matmul_terms} image-terms={i.image_terms}}}"),
             ("fusion", "materialize-to-barrier"),
         ),
-        kept_ops=("indexer_scores", "moe_route", "materialize", "vision_attention"),
+        kept_ops=("indexer_scores", "moe_route", "materialize", "vision_attention", "mxfp4_moe_swiglu"),
         prefill_chunk=512,
         cache_dtype="bfloat16",
         # two terms (2^-18 |x| left out): on the trained default model held-out perplexity and

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-import day0.frontend.ops  # noqa: F401  (registers torch.ops.day0.*)
+from day0.frontend import ops
 from day0.frontend.ops import moe_route, one_hot_sum
 from day0.models.layers import MLP, linears, swiglu
 
@@ -150,7 +150,12 @@ def mxfp4_routed(
     [E, 2I, H/32]); down = (packed [E, H, I/2], scales [E, H, I/32]); limit: `swiglu`'s clamp. Returns [T, H] f32."""
     t, k = chosen.shape
     gu = torch.ops.day0.mxfp4_moe(x, *gate_up, chosen)  # [T, k, 2I]
-    g, u = gu.chunk(2, dim=-1)
-    h = swiglu(g, u, limit).reshape(t * k, -1)  # each (token, expert) pair is its own row
-    y = torch.ops.day0.mxfp4_moe(h, *down, chosen.reshape(t * k, 1))
+    if isinstance(t, int) and t == 1:
+        # one token (a decode step): the SwiGLU inside the down projection's op, which cuda-sm90
+        # runs as one expert matvec staging x through it (a launch fewer a layer; ops.py)
+        y = ops.mxfp4_moe_swiglu(gu.reshape(k, -1), *down, chosen.reshape(k, 1), limit)
+    else:
+        g, u = gu.chunk(2, dim=-1)
+        h = swiglu(g, u, limit).reshape(t * k, -1)  # each (token, expert) pair is its own row
+        y = torch.ops.day0.mxfp4_moe(h, *down, chosen.reshape(t * k, 1))
     return (weights[..., None] * y.reshape(t, k, -1)).sum(1)

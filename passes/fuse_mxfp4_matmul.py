@@ -317,6 +317,15 @@ def _rewrite(site: Mxfp4Site, fused: bool) -> None:
     op.erase()
 
 
+
+def _refuse(site: Mxfp4Site) -> str | None:
+    """mxfp4_moe_swiglu is cuda-sm90's form (export keeps it only for targets whose kernel stages
+    x through the SwiGLU); elsewhere export writes its reference body."""
+    if site.swiglu:
+        return "mxfp4_moe_swiglu has no CPU lowering: export keeps it whole only for cuda-sm90 (frontend/ops.py)"
+    return None
+
+
 @dataclass(frozen=True)
 class FuseMxfp4Matmul(ModulePass):
     """Options:
@@ -334,7 +343,7 @@ class FuseMxfp4Matmul(ModulePass):
             raise ValueError(f"prefill must be one of {', '.join(_PREFILL_FORMS)}, got '{self.prefill}'")
 
     def apply(self, module_op: Operation, diag: DiagnosticEngine) -> None:
-        for site in collect_sites(module_op, lambda op: operator_name(op) in OP_NAMES, match_mxfp4, diag):
+        for site in collect_sites(module_op, lambda op: operator_name(op) in OP_NAMES, match_mxfp4, diag, _refuse):
             with site.op.location:
                 # moe rows never share a weight (each (token, expert) pair gathers its own), so a
                 # dequantized temporary buys nothing there: moe is always fused.

@@ -29,12 +29,19 @@ both of its moe calls have k rows (gate_up T = 1; down takes the k (token, slot)
 tokens with k = 1). The option gemm=false keeps every site on the matvec; few=false sends the
 few-rows sites to the 64-row GEMM.
 mxfp4_linear is the matvec with one expert: packed [1, N, K/2], experts all 0, k = 1.
+mxfp4_moe_swiglu (one token's down projection from its experts' gate_up rows [k, 2K]) calls
+@day0_mxfp4_moe_swiglu_<E>x<N>x<K>_k1[_l<limit bits>]: the matvec's dispatch of its entry
+@day0_mxfp4_matvec_swiglu, which stages x = silu(min(gate, limit)) · clamp(up, ±limit) from the
+row's halves, with the limit's f32 bits a fifth push constant; only sites with fewer than 64
+static rows (the matvec's) are taken, the others refused.
 Afterwards no mxfp4 op is left. The kernels' ABI and grids: lowering/kernel_geometry.py, sections
 mxfp4_matvec.cu and mxfp4_moe_gemm.cu.
 """
 
 from __future__ import annotations
 
+import math
+import struct
 from dataclasses import dataclass
 
 from day0.frontend.ir import ir
@@ -46,32 +53,42 @@ from day0.passes.torch_ir import TensorType, TorchBuilder, replace_op
 EXECUTABLE, GEMM_EXECUTABLE = kg.MXFP4_MATVEC.executable, kg.MXFP4_MOE_GEMM.executable
 
 
-def function_name(moe: bool, E: int, N: int, K: int, k: int, kernel: str = "matvec") -> str:
+def function_name(moe: bool, E: int, N: int, K: int, k: int, kernel: str = "matvec", limit: float | None = None) -> str:
+    """limit: an mxfp4_moe_swiglu site's clamp (inf: none); None: not such a site."""
     if kernel != "matvec":
         return f"{_gemm_entry(kernel)}_{E}x{N}x{K}_k{k}"
+    if limit is not None:
+        clamp = "" if math.isinf(limit) else f"_l{_f32_bits(limit):08x}"
+        return f"day0_mxfp4_moe_swiglu_{E}x{N}x{K}_k{k}{clamp}"
     return f"day0_mxfp4_moe_{E}x{N}x{K}_k{k}" if moe else f"day0_mxfp4_linear_{N}x{K}"
+
+
+def _f32_bits(v: float) -> int:
+    return struct.unpack("<I", struct.pack("<f", v))[0]
 
 
 def _gemm_entry(kernel: str) -> str:
     return {"gemm": "day0_mxfp4_moe_gemm", "few": "day0_mxfp4_moe_gemm_few"}[kernel]
 
 
-def function_text(moe: bool, E: int, N: int, K: int, k: int, kernel: str = "matvec") -> str:
+def function_text(moe: bool, E: int, N: int, K: int, k: int, kernel: str = "matvec", limit: float | None = None) -> str:
     """moe: (x ?xK f32, packed ExNxK/2 i8, scales ExNxK/32 i8, experts ?xk i64) -> ?xkxN f32;
     linear: (x ?xK, packed NxK/2, scales NxK/32) -> ?xN. kernel (moe only): "matvec", or one of
-    the grouped GEMMs ("gemm", "few")."""
+    the grouped GEMMs ("gemm", "few"). limit (an mxfp4_moe_swiglu site, the matvec only): x is
+    gate_up ?x2K, which the kernel's swiglu entry stages through the SwiGLU clamped at limit."""
     if kernel != "matvec":
         return _gemm_function_text(E, N, K, k, kernel)
     KB, G = K // 2, K // 32
+    XK = K if limit is None else 2 * K
     e_dims = (E, N) if moe else (N,)
-    head = f"%x: tensor<?x{K}xf32>, %p: {tensor_text((*e_dims, KB), 'i8')}, %s: {tensor_text((*e_dims, G), 'i8')}" + (
+    head = f"%x: tensor<?x{XK}xf32>, %p: {tensor_text((*e_dims, KB), 'i8')}, %s: {tensor_text((*e_dims, G), 'i8')}" + (
         f", %e: tensor<?x{k}xi64>" if moe else ""
     )
     result = f"tensor<?x{k}x{N}xf32>" if moe else f"tensor<?x{N}xf32>"
     lines = [
-        f"  func.func private @{function_name(moe, E, N, K, k)}({head}) -> {result} {{",
+        f"  func.func private @{function_name(moe, E, N, K, k, limit=limit)}({head}) -> {result} {{",
         "    %c0 = arith.constant 0 : index",
-        f"    %t = tensor.dim %x, %c0 : tensor<?x{K}xf32>",
+        f"    %t = tensor.dim %x, %c0 : tensor<?x{XK}xf32>",
         f"    %ck = arith.constant {k} : index",
         "    %rows = arith.muli %t, %ck : index",
         f"    %gx = arith.constant {kg.cdiv(N, kg.MXFP4_ROWS_PER_CTA)} : index",
@@ -96,10 +113,16 @@ def function_text(moe: bool, E: int, N: int, K: int, k: int, kernel: str = "matv
         f"    %N = arith.constant {N} : i32",
         f"    %k = arith.constant {k} : i32",
         f"    %E = arith.constant {ne} : i32",
-        f"    %o = flow.dispatch @{EXECUTABLE}::@day0_mxfp4_matvec[%gx, %rows](%K, %N, %k, %E, %x, {pw}, {sw}, %ef)"
-        f" : (i32, i32, i32, i32, tensor<?x{K}xf32>{{%t}}, tensor<{ne}x{N}x{KB}xi8>, "
-        f"tensor<{ne}x{N}x{G}xi8>, tensor<?xi64>{{%rows}}) -> tensor<?x{N}xf32>{{%rows}}",
     ]
+    entry, consts, types = "day0_mxfp4_matvec", "%K, %N, %k, %E", "i32, i32, i32, i32"
+    if limit is not None:  # the clamp's f32 bits, a fifth push constant
+        lines.append(f"    %L = arith.constant {_f32_bits(limit)} : i32")
+        entry, consts, types = "day0_mxfp4_matvec_swiglu", consts + ", %L", types + ", i32"
+    lines.append(
+        f"    %o = flow.dispatch @{EXECUTABLE}::@{entry}[%gx, %rows]({consts}, %x, {pw}, {sw}, %ef)"
+        f" : ({types}, tensor<?x{XK}xf32>{{%t}}, tensor<{ne}x{N}x{KB}xi8>, "
+        f"tensor<{ne}x{N}x{G}xi8>, tensor<?xi64>{{%rows}}) -> tensor<?x{N}xf32>{{%rows}}"
+    )
     if moe:
         lines += [
             f"    %r = tensor.expand_shape %o [[0, 1], [2]] output_shape [%t, {k}, {N}] : "
@@ -157,7 +180,7 @@ class Mxfp4ToCudaMatvec(KernelCallPass):
     function_text = staticmethod(function_text)
 
     def key(self, s: Mxfp4Site) -> tuple:
-        return (s.moe, s.E if s.moe else 1, s.N, s.K, s.k if s.moe else 1, self.kernel(s))
+        return (s.moe, s.E if s.moe else 1, s.N, s.K, s.k if s.moe else 1, self.kernel(s), s.limit if s.swiglu else None)
 
     def kernel_sets(self, sites: list) -> tuple:
         """The matvec, the grouped GEMMs or both: those these sites run."""
@@ -165,11 +188,18 @@ class Mxfp4ToCudaMatvec(KernelCallPass):
         return tuple(kg.MXFP4_MOE_GEMM if g else kg.MXFP4_MATVEC for g in sorted(gemm))
 
     def refuse(self, site: Mxfp4Site) -> str | None:
-        """The matvec caches x's row in shared memory: K <= MXFP4_MAX_K where it runs."""
+        """The matvec caches x's row in shared memory: K <= MXFP4_MAX_K where it runs. The SwiGLU
+        form has the matvec's entry alone: one token's rows (models/moe.py emits it there)."""
         if self.kernel(site) == "matvec" and site.K > kg.MXFP4_MAX_K:
             return (
-                f"{'mxfp4_moe' if site.moe else 'mxfp4_linear'}: K={site.K} is larger than the CUDA matvec "
+                f"{site.label}: K={site.K} is larger than the CUDA matvec "
                 f"kernel's {kg.MXFP4_MAX_K} (x is cached in shared memory)"
+            )
+        if site.swiglu and kg.mxfp4_kernel(True, site.lead, site.k, site.E) != "matvec":
+            rows = "a dynamic count of" if site.lead is None else f"{site.lead * site.k}"
+            return (
+                f"mxfp4_moe_swiglu: {rows} rows; its kernel is the matvec's, for fewer than "
+                f"{kg.MXFP4_GEMM_MIN_ROWS} static rows (one token's experts)"
             )
         return None
 
@@ -188,7 +218,7 @@ class Mxfp4ToCudaMatvec(KernelCallPass):
         K, N, lead = site.K, site.N, site.lead
         xb = b.op("torch_c.to_builtin_tensor", [x], tensor_text(TensorType.of(x).dims, "f32"))
         if lead is not None:
-            xb = b.op("tensor.cast", [xb], f"tensor<?x{K}xf32>")
+            xb = b.op("tensor.cast", [xb], f"tensor<?x{2 * K if site.swiglu else K}xf32>")
         args = [xb]
         for v in (packed, scales):
             args.append(b.op("torch_c.to_builtin_tensor", [v], tensor_text(TensorType.of(v).dims, "i8")))

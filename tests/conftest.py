@@ -77,7 +77,8 @@ CUDA_MAX_SEQ_LEN = 64
 @pytest.fixture(scope="session")
 def cuda_artifact(workdir):
     """A parity checkpoint compiled once a run for cuda-sm90 (max_seq_len 64; compiled only, CI
-    has no GPU): the artifact and the compile's progress events, (stage, event) pairs."""
+    has no GPU), with its stages dumped (IREE's flow phase: the launches of a step): the artifact
+    and the compile's progress events, (stage, event) pairs."""
     import json
 
     from day0.lowering.driver import BuildOptions, compile_checkpoint
@@ -88,7 +89,7 @@ def cuda_artifact(workdir):
         with once(workdir, path.name):
             if not path.exists():
                 notes = []
-                options = BuildOptions(target="cuda-sm90", max_seq_len=CUDA_MAX_SEQ_LEN)
+                options = BuildOptions(target="cuda-sm90", max_seq_len=CUDA_MAX_SEQ_LEN, dump_stages=True)
                 compile_checkpoint(shared_checkpoint(workdir, name), path, options, progress=lambda *e: notes.append(e))
                 events.write_text(json.dumps(notes))
         return path, [tuple(e) for e in json.loads(events.read_text())]

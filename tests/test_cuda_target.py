@@ -39,6 +39,35 @@ def test_deepseek_compiles_for_sm90(cuda_artifact):
     assert "indexer-scores-to-cuda-kernel" in TARGETS["cuda-sm90"].pipeline(DsaShape(16))
 
 
+def test_decode_launches_are_pinned(cuda_artifact):
+    """The launches of one decode step (IREE's dispatches in the flow phase), pinned. At one
+    sequence the GPU step is bound by the rate of its launches, ~7 µs each (docs/perf.md, "A step
+    that never holds the host"), so a change that adds one says so here and in docs/perf.md.
+    ds-tiles-mxfp4: a dense-MLP layer, an MoE layer, the lm_head and greedy sampling."""
+    from day0.lowering.compile import flow_dispatches
+
+    out, _ = cuda_artifact("ds-tiles-mxfp4")
+    flow = next((out / "stages" / "iree" / "phases").glob("*.flow.mlir")).read_text()
+    launches = flow_dispatches(flow, "decode")
+    assert len(launches) == 65, "\n".join(launches)
+    # one matvec for the queries' and the indexer's projections of q_resid (models/mla.py): 4 heads
+    # × (16 + 8) + 16 indexer heads × 32, once a layer
+    assert sum("matvec_like_608x32_f32" in name for name in launches) == 2
+    # the day0 kernels of a layer: indexer scores, its top-k, DSA partial and combine; the MoE
+    # layer's router and two expert matvecs, the down one staging x through the SwiGLU (no
+    # SwiGLU dispatch between them); and the greedy token's top-k
+    for kernel, count in {
+        "day0_indexer_scores_causal_bf16_mma": 2,
+        "day0_dsa_partial_bf16_mma_vp8": 2,
+        "day0_dsa_combine_bf16_mma": 2,
+        "day0_moe_route": 1,
+        "day0_mxfp4_matvec": 1,
+        "day0_mxfp4_matvec_swiglu": 1,
+        "day0_topk_small": 3,
+    }.items():
+        assert launches.count(kernel) == count, kernel
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["ds-tiles-mxfp4", "oss-base"])
 def test_mxfp4_checkpoints_compile_for_sm90_with_the_mxfp4_kernels(cuda_artifact, name):

@@ -35,7 +35,7 @@ def exported(demo_model):
 
 def test_a_kept_op_stays_whole_and_others_get_its_body(demo_model, exported):
     assert kept_ops("llvm-cpu") == ()
-    assert kept_ops("cuda-sm90") == ("indexer_scores", "moe_route", "materialize", "vision_attention")
+    assert kept_ops("cuda-sm90") == ("indexer_scores", "moe_route", "materialize", "vision_attention", "mxfp4_moe_swiglu")
     layers, funcs = demo_model.cfg.num_hidden_layers, 3  # prefill, decode, prefill_first
     kept = exported(("indexer_scores",))
     # every step of the dense entry points has one key range for its queries: the causal form
@@ -48,10 +48,10 @@ def test_a_kept_op_stays_whole_and_others_get_its_body(demo_model, exported):
 def test_unknown_kept_op_is_refused(demo_model):
     with pytest.raises(
         ValueError,
-        match=r"cannot keep \['nope'\].*\['indexer_scores', 'materialize', 'moe_route', 'vision_attention'\]",
+        match=r"cannot keep \['nope'\].*\['indexer_scores', 'materialize', 'moe_route', 'mxfp4_moe_swiglu', 'vision_attention'\]",
     ):
         export_model(demo_model, 64, keep=("nope",))
-    assert set(DECOMPOSABLE) == {"indexer_scores", "moe_route", "materialize", "vision_attention"}
+    assert set(DECOMPOSABLE) == {"indexer_scores", "moe_route", "materialize", "vision_attention", "mxfp4_moe_swiglu"}
 
 
 def test_the_router_is_one_op_where_kept(demo_model, exported):
@@ -66,6 +66,48 @@ def test_the_router_is_one_op_where_kept(demo_model, exported):
     cpu = exported(())
     assert "torch.day0.moe_route" not in cpu
     assert cpu.count("torch.aten.topk") - kept.count("torch.aten.topk") == 3 * moe_layers * funcs
+
+
+def test_one_tokens_expert_down_projection_takes_the_swiglu_op_where_kept(workdir):
+    """Kept, the decode step's (one token) down projection of every MXFP4 MoE layer is one
+    `day0::mxfp4_moe_swiglu` from its experts' gate_up rows; the prompt functions' stay
+    mxfp4_moe after a SwiGLU of their own. (Not kept, the op is its reference body:
+    test_the_swiglu_op_is_its_reference.)"""
+    from conftest import shared_checkpoint
+
+    from day0.models.registry import build_eager
+
+    model = build_eager(shared_checkpoint(workdir, "ds-sparse-mxfp4"), 64)
+    cfg = model.cfg
+    moe_layers, funcs = cfg.num_hidden_layers - cfg.first_k_dense_replace, 3  # prefill, decode, prefill_first
+    assert moe_layers > 0 and cfg.day0_expert_format == "mxfp4"
+    kept = export_model(model, 64, keep=("mxfp4_moe_swiglu",)).mlir
+    assert kept.count('torch.operator "torch.day0.mxfp4_moe_swiglu"') == moe_layers  # decode only
+    # gate_up everywhere, down in the prompt functions
+    assert kept.count('torch.operator "torch.day0.mxfp4_moe"') == (2 * funcs - 1) * moe_layers
+
+
+def test_the_swiglu_op_is_its_reference():
+    """The op's eager kernel (what the CUDA kernel is checked against: gpu_kernel_times `moe`) is
+    swiglu then mxfp4_moe, clamped or not."""
+    import torch
+
+    from day0.frontend import ops
+    from day0.models.layers import swiglu
+
+    g = torch.Generator().manual_seed(0)
+    gate_up = 4 * torch.randn(3, 128, generator=g)
+    packed = torch.randint(0, 256, (4, 16, 32), dtype=torch.uint8, generator=g)
+    scales = torch.randint(120, 130, (4, 16, 2), dtype=torch.uint8, generator=g)
+    experts = torch.tensor([[2], [0], [3]])
+    for limit in (None, 7.0):
+        want = torch.ops.day0.mxfp4_moe(swiglu(*gate_up.chunk(2, -1), limit), packed, scales, experts)
+        got = ops.mxfp4_moe_swiglu(gate_up, packed, scales, experts, limit)
+        with ops.keeping(("mxfp4_moe_swiglu",)):
+            kept = ops.mxfp4_moe_swiglu(gate_up, packed, scales, experts, limit)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        torch.testing.assert_close(kept, want, rtol=0, atol=0)
+    assert not torch.equal(ops.mxfp4_moe_swiglu(gate_up, packed, scales, experts, 7.0), want.new_zeros(3, 1, 16))
 
 
 def test_the_router_op_is_its_reference():

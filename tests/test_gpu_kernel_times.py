@@ -156,6 +156,10 @@ def test_moe_launches_are_the_pass_dispatches():
         assert kg.mxfp4_kernel(True, T, kk, E) == "matvec"
         (d,) = _dispatches(P.function_text(True, E, N, K, kk), {"%t": T})
         _same(launches[name], d)
+    # one token's down projection from its experts' gate_up rows (mxfp4_moe_swiglu): the matvec's
+    # SwiGLU entry, the clamp's bits a fifth constant
+    (d,) = _dispatches(P.function_text(True, E, hid, inter, 1, "matvec", gkt.SWIGLU_LIMIT), {"%t": k})
+    _same(launches["moe_down_swiglu"], d)
     E = gkt.PREFILL_MOE["E"]
     shapes = [(n, shape, "gemm") for n, shape in gkt.moe_gemm_shapes().items()]
     shapes += [(n, shape, "few") for n, shape in gkt.moe_batch_shapes().items()]

@@ -1,4 +1,5 @@
 // MXFP4 expert matvec for IREE's CUDA target (sm_90): out[r, n] = W[e_r][n, :] · x[r / per_x, :]
+// (day0_mxfp4_matvec_swiglu: x staged through the SwiGLU from gate_up rows, below)
 // with W stored as the `day0::mxfp4_moe` op stores it: packed u8 [E, N, K/2] (two E2M1 codes a
 // byte, low nibble = even element) and scales u8 [E, N, K/32] (E8M0, one per 32 elements).
 //
@@ -48,10 +49,22 @@ __device__ __forceinline__ void load_blocks(uint4 (&q)[ROWS_PER_WARP], float (&s
   }
 }
 
-extern "C" __global__ void __launch_bounds__(WARPS * 32)
-day0_mxfp4_matvec(const float* __restrict__ x, const unsigned char* __restrict__ packed,
-                  const unsigned char* __restrict__ scales, const long long* __restrict__ experts,
-                  float* __restrict__ out, int K, int N, int k, int E) {
+// x's value i as the kernel stages it: x[t, i], or for the SwiGLU entry silu(min(g, limit)) ·
+// clamp(u, -limit, limit) of g = x[t, i], u = x[t, K + i] (a row of 2K: gate | up; models/layers
+// swiglu; limit +inf: no clamp), silu(g) = g / (1 + e^-g) with the fast exp and division (~2 ulp:
+// every CTA of a row stages it again, on the path to its first products; gpu_kernel_times `moe`).
+template <bool SWIGLU>
+__device__ __forceinline__ float staged(const float* __restrict__ xr, int i, int K, float limit) {
+  if (!SWIGLU) return xr[i];
+  const float g = fminf(xr[i], limit), u = fminf(fmaxf(xr[K + i], -limit), limit);
+  return __fdividef(g, 1.0f + __expf(-g)) * u;
+}
+
+template <bool SWIGLU>
+__device__ __forceinline__ void mxfp4_matvec(const float* __restrict__ x, const unsigned char* __restrict__ packed,
+                                             const unsigned char* __restrict__ scales,
+                                             const long long* __restrict__ experts, float* __restrict__ out,
+                                             int K, int N, int k, int E, float limit) {
   __shared__ float xs[XPAD(MAX_K)];
   __shared__ float2 lut[256];  // a byte's two decoded values (low nibble first)
   const int r = blockIdx.y, t = r / k;
@@ -71,8 +84,8 @@ day0_mxfp4_matvec(const float* __restrict__ x, const unsigned char* __restrict__
   uint4 q[ROWS_PER_WARP];
   float s[ROWS_PER_WARP];
   if (lane < blocks) load_blocks(q, s, prow, srow, lane);  // in flight while x is staged
-  const float* xr = x + (size_t)t * K;
-  for (int i = threadIdx.x; i < K; i += WARPS * 32) xs[XPAD(i)] = xr[i];
+  const float* xr = x + (size_t)t * (SWIGLU ? 2 * K : K);
+  for (int i = threadIdx.x; i < K; i += WARPS * 32) xs[XPAD(i)] = staged<SWIGLU>(xr, i, K, limit);
   lut[threadIdx.x] = make_float2(e2m1(threadIdx.x & 15u), e2m1(threadIdx.x >> 4));  // 256 threads
   __syncthreads();
   float acc[ROWS_PER_WARP] = {};
@@ -108,4 +121,19 @@ day0_mxfp4_matvec(const float* __restrict__ x, const unsigned char* __restrict__
     for (int d = 16; d > 0; d >>= 1) acc[rr] += __shfl_down_sync(0xffffffffu, acc[rr], d);
     if (lane == 0 && n0 + rr < N) out[(size_t)r * N + n0 + rr] = acc[rr];
   }
+}
+
+extern "C" __global__ void __launch_bounds__(WARPS * 32)
+day0_mxfp4_matvec(const float* __restrict__ x, const unsigned char* __restrict__ packed,
+                  const unsigned char* __restrict__ scales, const long long* __restrict__ experts,
+                  float* __restrict__ out, int K, int N, int k, int E) {
+  mxfp4_matvec<false>(x, packed, scales, experts, out, K, N, k, E, 0.0f);
+}
+
+// x: gate_up rows [T, 2K] (day0::mxfp4_moe_swiglu); limit_bits: the clamp's f32 bits (+inf: none)
+extern "C" __global__ void __launch_bounds__(WARPS * 32)
+day0_mxfp4_matvec_swiglu(const float* __restrict__ x, const unsigned char* __restrict__ packed,
+                         const unsigned char* __restrict__ scales, const long long* __restrict__ experts,
+                         float* __restrict__ out, int K, int N, int k, int E, int limit_bits) {
+  mxfp4_matvec<true>(x, packed, scales, experts, out, K, N, k, E, __int_as_float(limit_bits));
 }

@@ -95,3 +95,13 @@ func.func @two_errors(%x: !torch.vtensor<[1,64],f32>, %p: !torch.vtensor<[4,8,32
   %y2 = torch.operator "torch.day0.mxfp4_linear"(%x2, %p2, %s2) : (!torch.vtensor<[1,40],f32>, !torch.vtensor<[8,20],ui8>, !torch.vtensor<[8,1],ui8>) -> !torch.vtensor<[1,8],f32>
   return %y, %y2 : !torch.vtensor<[1,2,8],f32>, !torch.vtensor<[1,8],f32>
 }
+
+// -----
+
+// mxfp4_moe_swiglu is cuda-sm90's form: no CPU lowering (export writes its body elsewhere).
+func.func @swiglu(%gu: !torch.vtensor<[2,128],f32>, %p: !torch.vtensor<[4,32,32],ui8>, %s: !torch.vtensor<[4,32,2],ui8>, %e: !torch.vtensor<[2,1],si64>) -> !torch.vtensor<[2,1,32],f32> {
+  %limit = torch.constant.float 7.000000e+00
+  // expected-error @+1 {{mxfp4_moe_swiglu has no CPU lowering: export keeps it whole only for cuda-sm90 (frontend/ops.py)}}
+  %y = torch.operator "torch.day0.mxfp4_moe_swiglu"(%gu, %p, %s, %e, %limit) : (!torch.vtensor<[2,128],f32>, !torch.vtensor<[4,32,32],ui8>, !torch.vtensor<[4,32,2],ui8>, !torch.vtensor<[2,1],si64>, !torch.float) -> !torch.vtensor<[2,1,32],f32>
+  return %y : !torch.vtensor<[2,1,32],f32>
+}

@@ -82,9 +82,25 @@ func.func @moe_i32(%x: !torch.vtensor<[1,64],f32>, %p: !torch.vtensor<[4,32,32],
 // CHECK: torch.aten.to.dtype %arg3, %int4, {{.*}} : !torch.vtensor<[1,2],si32>, {{.*}} -> !torch.vtensor<[1,2],si64>
 // CHECK: call @day0_mxfp4_moe_4x32x64_k2(
 
+// One token's down projection from its k = 2 experts' gate_up rows [2, 2K] (mxfp4_moe_swiglu,
+// K = 64): the matvec's SwiGLU entry, one row an expert (k = 1), the clamp 7.0's f32 bits
+// (0x40E00000 = 1088421888) a fifth constant; without a clamp (inf) no suffix and +inf's bits.
+func.func @swiglu(%gu: !torch.vtensor<[2,128],f32>, %p: !torch.vtensor<[4,32,32],ui8>, %s: !torch.vtensor<[4,32,2],ui8>, %e: !torch.vtensor<[2,1],si64>) -> (!torch.vtensor<[2,1,32],f32>, !torch.vtensor<[2,1,32],f32>) {
+  %limit = torch.constant.float 7.000000e+00
+  %y = torch.operator "torch.day0.mxfp4_moe_swiglu"(%gu, %p, %s, %e, %limit) : (!torch.vtensor<[2,128],f32>, !torch.vtensor<[4,32,32],ui8>, !torch.vtensor<[4,32,2],ui8>, !torch.vtensor<[2,1],si64>, !torch.float) -> !torch.vtensor<[2,1,32],f32>
+  %inf = torch.constant.float 0x7FF0000000000000
+  %z = torch.operator "torch.day0.mxfp4_moe_swiglu"(%gu, %p, %s, %e, %inf) : (!torch.vtensor<[2,128],f32>, !torch.vtensor<[4,32,32],ui8>, !torch.vtensor<[4,32,2],ui8>, !torch.vtensor<[2,1],si64>, !torch.float) -> !torch.vtensor<[2,1,32],f32>
+  return %y, %z : !torch.vtensor<[2,1,32],f32>, !torch.vtensor<[2,1,32],f32>
+}
+// CHECK-LABEL: func.func @swiglu(
+// CHECK: [[G:%.+]] = tensor.cast {{.*}} : tensor<2x128xf32> to tensor<?x128xf32>
+// CHECK: call @day0_mxfp4_moe_swiglu_4x32x64_k1_l40e00000([[G]], {{.*}}) : (tensor<?x128xf32>, tensor<4x32x32xi8>, tensor<4x32x2xi8>, tensor<?x1xi64>) -> tensor<?x1x32xf32>
+// CHECK: call @day0_mxfp4_moe_swiglu_4x32x64_k1({{.*}}) : (tensor<?x128xf32>, tensor<4x32x32xi8>, tensor<4x32x2xi8>, tensor<?x1xi64>) -> tensor<?x1x32xf32>
+
 // The executables with the PTX embedded.
 // CHECK: hal.executable.source private @day0_mxfp4_matvec <objects = <{#executable_target_cuda_nvptx_fb = [#hal.executable.object<{path = "mxfp4_matvec.sm_90.ptx", data = dense<"0x{{[0-9A-F]+}}">
 // CHECK: hal.executable.export public @day0_mxfp4_matvec ordinal(0)
+// CHECK: hal.executable.export public @day0_mxfp4_matvec_swiglu ordinal(1)
 // CHECK: } <workgroup_size = [256 : index, 1 : index, 1 : index]>
 // CHECK: hal.executable.source private @day0_mxfp4_moe_gemm <objects = <{#executable_target_cuda_nvptx_fb = [#hal.executable.object<{path = "mxfp4_moe_gemm.sm_90.ptx", data = dense<"0x{{[0-9A-F]+}}">
 // CHECK: hal.executable.export public @day0_mxfp4_moe_gemm ordinal(0)
@@ -126,3 +142,8 @@ func.func @moe_i32(%x: !torch.vtensor<[1,64],f32>, %p: !torch.vtensor<[4,32,32],
 // CHECK: [[GE:%.+]] = arith.constant 16 : index
 // CHECK: [[R:%.+]] = arith.index_cast [[ROWS]] : index to i32
 // CHECK: flow.dispatch @day0_mxfp4_moe_gemm::@day0_mxfp4_moe_gemm_few[%c1, [[GE]]](%c64_i32, %c32_i32, %c2_i32, %c16_i32, [[R]], %arg0, %arg1, %arg2,
+// The SwiGLU entry: the limit's bits a fifth push constant, gate_up ?x2K.
+// CHECK-LABEL: func.func private @day0_mxfp4_moe_swiglu_4x32x64_k1(
+// CHECK: flow.dispatch @day0_mxfp4_matvec::@day0_mxfp4_matvec_swiglu[%c1{{.*}}](%c64_i32, %c32_i32, %c1_i32, %c4_i32, %c2139095040_i32, %arg0, %arg1, %arg2, {{.*}}) : (i32, i32, i32, i32, i32, tensor<?x128xf32>{%dim}
+// CHECK-LABEL: func.func private @day0_mxfp4_moe_swiglu_4x32x64_k1_l40e00000(
+// CHECK: @day0_mxfp4_matvec_swiglu[{{.*}}](%c64_i32, %c32_i32, %c1_i32, %c4_i32, %c1088421888_i32,

@@ -15,3 +15,32 @@ func.func @bad_scales(%x: !torch.vtensor<[1,64],f32>, %p: !torch.vtensor<[32,32]
   %y = torch.operator "torch.day0.mxfp4_linear"(%x, %p, %s) : (!torch.vtensor<[1,64],f32>, !torch.vtensor<[32,32],ui8>, !torch.vtensor<[32,4],ui8>) -> !torch.vtensor<[1,32],f32>
   return %y : !torch.vtensor<[1,32],f32>
 }
+
+// -----
+
+// The SwiGLU form runs on the matvec alone: 40 rows (T·k with k = 1 < 64) are taken, 64 refused.
+func.func @swiglu_rows(%gu: !torch.vtensor<[64,128],f32>, %p: !torch.vtensor<[4,32,32],ui8>, %s: !torch.vtensor<[4,32,2],ui8>, %e: !torch.vtensor<[64,1],si64>) -> !torch.vtensor<[64,1,32],f32> {
+  %limit = torch.constant.float 7.000000e+00
+  // expected-error @+1 {{mxfp4_moe_swiglu: 64 rows; its kernel is the matvec's, for fewer than 64 static rows (one token's experts)}}
+  %y = torch.operator "torch.day0.mxfp4_moe_swiglu"(%gu, %p, %s, %e, %limit) : (!torch.vtensor<[64,128],f32>, !torch.vtensor<[4,32,32],ui8>, !torch.vtensor<[4,32,2],ui8>, !torch.vtensor<[64,1],si64>, !torch.float) -> !torch.vtensor<[64,1,32],f32>
+  return %y : !torch.vtensor<[64,1,32],f32>
+}
+
+// -----
+
+// gate_up holds both halves: 2·K columns for the weights' K = 64.
+func.func @swiglu_width(%gu: !torch.vtensor<[2,64],f32>, %p: !torch.vtensor<[4,32,32],ui8>, %s: !torch.vtensor<[4,32,2],ui8>, %e: !torch.vtensor<[2,1],si64>) -> !torch.vtensor<[2,1,32],f32> {
+  %limit = torch.constant.float 7.000000e+00
+  // expected-error @+1 {{mxfp4_moe_swiglu: gate_up has 64 columns, expected 2·K = 128 for packed's K = 64}}
+  %y = torch.operator "torch.day0.mxfp4_moe_swiglu"(%gu, %p, %s, %e, %limit) : (!torch.vtensor<[2,64],f32>, !torch.vtensor<[4,32,32],ui8>, !torch.vtensor<[4,32,2],ui8>, !torch.vtensor<[2,1],si64>, !torch.float) -> !torch.vtensor<[2,1,32],f32>
+  return %y : !torch.vtensor<[2,1,32],f32>
+}
+
+// -----
+
+// The clamp is a constant (it becomes the kernel's push constant).
+func.func @swiglu_limit(%gu: !torch.vtensor<[2,128],f32>, %p: !torch.vtensor<[4,32,32],ui8>, %s: !torch.vtensor<[4,32,2],ui8>, %e: !torch.vtensor<[2,1],si64>, %limit: !torch.float) -> !torch.vtensor<[2,1,32],f32> {
+  // expected-error @+1 {{mxfp4_moe_swiglu: limit must come from torch.constant.float}}
+  %y = torch.operator "torch.day0.mxfp4_moe_swiglu"(%gu, %p, %s, %e, %limit) : (!torch.vtensor<[2,128],f32>, !torch.vtensor<[4,32,32],ui8>, !torch.vtensor<[4,32,2],ui8>, !torch.vtensor<[2,1],si64>, !torch.float) -> !torch.vtensor<[2,1,32],f32>
+  return %y : !torch.vtensor<[2,1,32],f32>
+}

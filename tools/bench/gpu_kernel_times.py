@@ -60,6 +60,8 @@ INDEXER = {"H": 32, "D": 128, "scale": 1.0, "top_k": 2048}  # bench_gpu's dsa_in
 DSA = {"H": 64, "D": 512, "V": 512, "K": 2048}  # scale latent**-0.5
 MOE = {"E": 288, "k": 8, "hidden": 4096, "intermediate": 2048}
 PREFILL_MOE = {"E": 64, "k": 8, "T": 512, "hidden": 2048, "intermediate": 1024}
+SWIGLU_LIMIT = 7.0  # the `moe` piece's mxfp4_moe_swiglu clamp (GLM-5's swiglu_limit; inf: DeepSeek's)
+MOE_SWIGLU_MAX_REL_ERR = 1e-5  # f32 sums of exact weights; silu's expf against float64
 MOE_GEMM_MAX_REL_ERR = 1e-5  # x enters as two bf16 terms (16 significant bits), f32 sums
 
 
@@ -116,14 +118,15 @@ def dsa_launches(
     return partial, combine
 
 
-def mxfp4_launch(T: int, k: int, E: int, N: int, K: int) -> Launch:
-    """mxfp4_moe over x [T, K], packed [E, N, K/2], experts [T, k] -> out [T·k, N]."""
+def mxfp4_launch(T: int, k: int, E: int, N: int, K: int, limit: float | None = None) -> Launch:
+    """mxfp4_moe over x [T, K], packed [E, N, K/2], experts [T, k] -> out [T·k, N]; limit (the
+    mxfp4_moe_swiglu entry, inf: no clamp): x is gate_up [T, 2K], staged through the SwiGLU."""
     return Launch(
         kg.MXFP4_MATVEC.ptx,
-        "day0_mxfp4_matvec",
+        "day0_mxfp4_matvec" if limit is None else "day0_mxfp4_matvec_swiglu",
         kg.mxfp4_matvec_grid(T * k, N),
         ("x", "packed", "scales", "experts", "out"),
-        (K, N, k, E),
+        (K, N, k, E) + (() if limit is None else (kg.f32_bits(limit),)),
     )
 
 
@@ -176,6 +179,7 @@ def all_launches() -> dict[str, Launch]:
     E, k, hid, inter = MOE["E"], MOE["k"], MOE["hidden"], MOE["intermediate"]
     out["moe_gate_up"] = mxfp4_launch(1, k, E, 2 * inter, hid)
     out["moe_down"] = mxfp4_launch(k, 1, E, hid, inter)
+    out["moe_down_swiglu"] = mxfp4_launch(k, 1, E, hid, inter, SWIGLU_LIMIT)
     for name, (T, k, N, K) in {**moe_gemm_shapes(), **moe_batch_shapes()}.items():
         kernel = kg.mxfp4_kernel(True, T, k, PREFILL_MOE["E"])
         out[f"moe_gemm_{name}"] = mxfp4_gemm_launch(T, k, PREFILL_MOE["E"], N, K, kernel)
@@ -819,6 +823,33 @@ def bench_moe(run: Runner) -> list[dict]:
         }
         results.append(res)
         print(json.dumps(res), flush=True)
+    # the down projection from the experts' gate_up rows (day0::mxfp4_moe_swiglu), with and
+    # without the clamp; gate_up's values spread past the limit so that the clamp matters
+    gu = 4.0 * torch.randn(k, 2 * inter, device="cuda", generator=g)
+    for limit in (SWIGLU_LIMIT, math.inf):
+        launch = mxfp4_launch(k, 1, E, hid, inter, limit)
+        sets = [{**dn_w, "x": gu, "experts": c.reshape(k, 1), "out": torch.empty(k, hid, device="cuda")} for c in choices]
+        sets[0]["out"].fill_(float("nan"))
+        run(launch, sets[0])
+        torch.cuda.synchronize()
+        gate, up = gu.double().chunk(2, dim=-1)
+        gate, up = gate.clamp(max=limit), up.clamp(-limit, limit)
+        h = gate * torch.sigmoid(gate) * up
+        wd = mxfp4_dequantize(dn_w["packed"][choices[0]], dn_w["scales"][choices[0]]).double()
+        ref = torch.einsum("jnk,jk->jn", wd, h)
+        rel = _rel(sets[0]["out"], ref)
+        cold, hot = _time(run, lambda i, l=launch, s=sets: [(l, s[i])], variants)
+        res = {
+            "piece": "moe",
+            "kernel": f"down_swiglu limit={limit}",
+            "grid": list(launch.grid),
+            "us": round(cold, 2),
+            "hot_us": round(hot, 2),
+            "rel_err": rel,
+            "ok": rel < MOE_SWIGLU_MAX_REL_ERR,
+        }
+        results.append(res)
+        print(json.dumps(res), flush=True)
     return results
 
 
@@ -920,8 +951,8 @@ def _table(results: list[dict]) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
-        if r["piece"] in ("indexer_check", "indexer_rows_check", "dsa_check"):
-            continue
+        if r["piece"] in ("indexer_check", "indexer_rows_check", "indexer_causal_check", "dsa_check"):
+            continue  # checks without a timing (their lines above, in the JSON)
         check = ""
         if "rel_err" in r:
             check = f"rel {r['rel_err']:.1e}"
