@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from day0.frontend import ops
-from day0.models.layers import linear, rope_columns
+from day0.models.layers import rope_columns
 from day0.models.paging import CacheView
 
 INVISIBLE = ops.EMPTY_SCORE  # the score of a position a query may not select

@@ -317,7 +317,6 @@ def _rewrite(site: Mxfp4Site, fused: bool) -> None:
     op.erase()
 
 
-
 def _refuse(site: Mxfp4Site) -> str | None:
     """mxfp4_moe_swiglu is cuda-sm90's form (export keeps it only for targets whose kernel stages
     x through the SwiGLU); elsewhere export writes its reference body."""

@@ -180,7 +180,15 @@ class Mxfp4ToCudaMatvec(KernelCallPass):
     function_text = staticmethod(function_text)
 
     def key(self, s: Mxfp4Site) -> tuple:
-        return (s.moe, s.E if s.moe else 1, s.N, s.K, s.k if s.moe else 1, self.kernel(s), s.limit if s.swiglu else None)
+        return (
+            s.moe,
+            s.E if s.moe else 1,
+            s.N,
+            s.K,
+            s.k if s.moe else 1,
+            self.kernel(s),
+            s.limit if s.swiglu else None,
+        )
 
     def kernel_sets(self, sites: list) -> tuple:
         """The matvec, the grouped GEMMs or both: those these sites run."""

@@ -119,6 +119,9 @@ def test_bench_gpu_package_runs_from_its_own_sources(tmp_path):
     assert long["ttft_s"] > 0 and "long context (max_seq_len" in p.stdout
     # one chunk at the longest length profiled (no kernels on the CPU: the wall time)
     assert long["chunk_profile"]["length"] == max(spec["long"]["lengths"]) and long["chunk_profile"]["wall_ms"] > 0
+    # and the decode steps there, per step
+    decode = long["decode_profile"]
+    assert decode["length"] == max(spec["long"]["lengths"]) and decode["steps"] > 1 and decode["launches_per_step"] >= 0
 
 
 def test_bench_gpu_package_of_some_pieces_imports_from_its_own_sources(tmp_path):

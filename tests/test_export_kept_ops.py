@@ -35,7 +35,13 @@ def exported(demo_model):
 
 def test_a_kept_op_stays_whole_and_others_get_its_body(demo_model, exported):
     assert kept_ops("llvm-cpu") == ()
-    assert kept_ops("cuda-sm90") == ("indexer_scores", "moe_route", "materialize", "vision_attention", "mxfp4_moe_swiglu")
+    assert kept_ops("cuda-sm90") == (
+        "indexer_scores",
+        "moe_route",
+        "materialize",
+        "vision_attention",
+        "mxfp4_moe_swiglu",
+    )
     layers, funcs = demo_model.cfg.num_hidden_layers, 3  # prefill, decode, prefill_first
     kept = exported(("indexer_scores",))
     # every step of the dense entry points has one key range for its queries: the causal form

@@ -83,7 +83,7 @@ def mxfp4_site(op: Operation) -> Mxfp4Site:
         raise Broken("K and the weight's dims must be static (only the row count may be dynamic)")
     *E, N, half = packed.dims
     if swiglu:  # K: the down projection's, half of gate_up's width
-        if K != 4 * half:
+        if x.dims[1] != 4 * half:  # 2·K, K = 2 · packed's bytes a row
             raise Broken(f"gate_up has {K} columns, expected 2·K = {4 * half} for packed's K = {2 * half}")
         K //= 2
     if K % 32:

@@ -277,6 +277,18 @@ def run(pkg: Path, spec: dict, device: str, bw: float) -> dict:
     res["chunk_profile"] = {"length": longest, **{k: prof[k] for k in ("wall_ms", "launches", "device_ms")}}
     res["chunk_profile"]["kernels"] = prof["kernels"][:PROFILE_TOP]
     print("long: chunk profile", json.dumps(res["chunk_profile"]), flush=True)
+    # and the decode step at that length (what grows with the context: the indexer's scores over
+    # every key and the top-k over them), per step of _decode_at's WARM + STEPS
+    prof = gpu_artifact_profile.profile_call(lambda: _decode_at(eng, seq, ids, longest, rng))
+    n = WARM + STEPS
+    res["decode_profile"] = {
+        "length": longest,
+        "steps": n,
+        "device_ms_per_step": prof["device_ms"] / n,
+        "launches_per_step": prof["launches"] / n,
+        "kernels": [{**k, "launches": k["launches"] / n, "us": k["us"] / n} for k in prof["kernels"][:PROFILE_TOP]],
+    }
+    print("long: decode profile", json.dumps(res["decode_profile"]), flush=True)
     eng.abort(rid)
     return res
 

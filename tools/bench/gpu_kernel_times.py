@@ -828,7 +828,9 @@ def bench_moe(run: Runner) -> list[dict]:
     gu = 4.0 * torch.randn(k, 2 * inter, device="cuda", generator=g)
     for limit in (SWIGLU_LIMIT, math.inf):
         launch = mxfp4_launch(k, 1, E, hid, inter, limit)
-        sets = [{**dn_w, "x": gu, "experts": c.reshape(k, 1), "out": torch.empty(k, hid, device="cuda")} for c in choices]
+        sets = [
+            {**dn_w, "x": gu, "experts": c.reshape(k, 1), "out": torch.empty(k, hid, device="cuda")} for c in choices
+        ]
         sets[0]["out"].fill_(float("nan"))
         run(launch, sets[0])
         torch.cuda.synchronize()
