@@ -7,7 +7,7 @@ from day0.lowering.targets import DsaShape, get_target
 from day0.tools.bench import gpu_piece_check as pc
 
 DSA = DsaShape(64, keys=64)
-KEPT = ("indexer_scores", "moe_route", "materialize", "vision_attention")  # cuda-sm90's kept ops
+KEPT = ("indexer_scores", "moe_route", "materialize", "vision_attention", "mxfp4_moe_swiglu")  # cuda-sm90's kept ops
 
 
 @pytest.mark.parametrize(
