@@ -41,7 +41,6 @@ mxfp4_matvec.cu and mxfp4_moe_gemm.cu.
 from __future__ import annotations
 
 import math
-import struct
 from dataclasses import dataclass
 
 from day0.frontend.ir import ir
@@ -58,13 +57,9 @@ def function_name(moe: bool, E: int, N: int, K: int, k: int, kernel: str = "matv
     if kernel != "matvec":
         return f"{_gemm_entry(kernel)}_{E}x{N}x{K}_k{k}"
     if limit is not None:
-        clamp = "" if math.isinf(limit) else f"_l{_f32_bits(limit):08x}"
+        clamp = "" if math.isinf(limit) else f"_l{kg.f32_bits(limit) & 0xFFFFFFFF:08x}"
         return f"day0_mxfp4_moe_swiglu_{E}x{N}x{K}_k{k}{clamp}"
     return f"day0_mxfp4_moe_{E}x{N}x{K}_k{k}" if moe else f"day0_mxfp4_linear_{N}x{K}"
-
-
-def _f32_bits(v: float) -> int:
-    return struct.unpack("<I", struct.pack("<f", v))[0]
 
 
 def _gemm_entry(kernel: str) -> str:
@@ -116,7 +111,7 @@ def function_text(moe: bool, E: int, N: int, K: int, k: int, kernel: str = "matv
     ]
     entry, consts, types = "day0_mxfp4_matvec", "%K, %N, %k, %E", "i32, i32, i32, i32"
     if limit is not None:  # the clamp's f32 bits, a fifth push constant
-        lines.append(f"    %L = arith.constant {_f32_bits(limit)} : i32")
+        lines.append(f"    %L = arith.constant {kg.f32_bits(limit)} : i32")
         entry, consts, types = "day0_mxfp4_matvec_swiglu", consts + ", %L", types + ", i32"
     lines.append(
         f"    %o = flow.dispatch @{EXECUTABLE}::@{entry}[%gx, %rows]({consts}, %x, {pw}, {sw}, %ef)"
