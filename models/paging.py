@@ -89,7 +89,13 @@ class CacheView:
         """Cache rows [S, K] of chosen slots [S, K] (-1, an empty slot, stays -1)."""
         if self.key_rows is None:
             return slots
-        rows = self.key_rows.expand(slots.shape[0], -1).gather(1, slots.clamp(min=0))
+        chosen = slots.clamp(min=0)
+        if self.key_rows.shape[0] == 1:
+            # one key range (a prompt chunk): a gather from it, which IREE fuses into the where;
+            # an expand to [S, L] first was a broadcast copy of its own (4 GB at S = 512, L = 1M)
+            rows = self.key_rows[0].index_select(0, chosen.reshape(-1)).view_as(chosen)
+        else:
+            rows = self.key_rows.gather(1, chosen)
         return torch.where(slots < 0, torch.full_like(rows, -1), rows)
 
 
@@ -113,8 +119,8 @@ def paged_view(positions: Tensor, tables: Tensor, block: int, batched: bool = Fa
     offsets = torch.arange(block, dtype=torch.int64)
     key_rows = (tables.to(torch.int64)[:, :, None] * block + offsets).reshape(tables.shape[0], -1)  # [G, L]
     group = tables.shape[0] == 1
-    owner = key_rows[0:1].expand(positions.shape[0], -1) if group else key_rows
-    rows = owner.gather(1, positions[:, None]).reshape(-1)  # slot `position` of the query's own range
+    # slot `position` of the query's own range (one range: a gather from it, no [S, L] broadcast)
+    rows = key_rows[0].index_select(0, positions) if group else key_rows.gather(1, positions[:, None]).reshape(-1)
     live = (tables != EVICTED_BLOCK)[:, :, None].expand(-1, -1, block).reshape(tables.shape[0], -1)  # [G, L]
     slot = torch.arange(key_rows.shape[1], dtype=torch.int64)[None, :]
     # its own slot stays visible: a padding row of a batched step (all its table the scratch block)
