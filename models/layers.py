@@ -25,6 +25,13 @@ class RMSNorm(nn.Module):
         return self.weight.float() * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
 
 
+def one_token(n) -> bool:
+    """Whether a row count is the static 1 of a one-token step (a decode step of one sequence),
+    where a model takes forms that pay only at one row; a dynamic count (a SymInt while
+    exporting) is not, whatever its value."""
+    return isinstance(n, int) and n == 1
+
+
 def linear(x: Tensor, layer: nn.Linear) -> Tensor:
     """x @ Wᵀ (+ b) in float32; W stays [out, in] (N×K), the layout IREE's matvec reads best."""
     bias = None if layer.bias is None else layer.bias.float()

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 import day0.frontend.ops  # noqa: F401  (registers torch.ops.day0.*)
 from day0.models.dsa_indexer import Indexer
-from day0.models.layers import RMSNorm, linear, linears, rope_columns, rope_gather, yarn_mscale
+from day0.models.layers import RMSNorm, linear, linears, one_token, rope_columns, rope_gather, yarn_mscale
 from day0.models.paging import CacheView
 
 
@@ -69,9 +69,8 @@ class SparseMLA(nn.Module):
         q_resid = self.q_a_layernorm(q_a)
         # one row (a decode step): the two projections of q_resid in one matvec as well, the
         # queries' and the indexer's (a launch fewer a layer). Not for several rows: the day0
-        # linear kernel's [S, N] result would be split by column copies (docs/perf.md, launches);
-        # a dynamic S (a SymInt while exporting) takes the separate form
-        if isinstance(s, int) and s == 1:
+        # linear kernel's [S, N] result would be split by column copies (docs/perf.md, launches)
+        if one_token(s):
             q, index_q = linears(q_resid, self.q_b_proj, self.indexer.wq_b)
         else:
             q, index_q = linear(q_resid, self.q_b_proj), linear(q_resid, self.indexer.wq_b)

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from day0.frontend import ops
 from day0.frontend.ops import moe_route, one_hot_sum
-from day0.models.layers import MLP, linears, swiglu
+from day0.models.layers import MLP, linears, one_token, swiglu
 
 
 class Router(nn.Module):
@@ -150,7 +150,7 @@ def mxfp4_routed(
     [E, 2I, H/32]); down = (packed [E, H, I/2], scales [E, H, I/32]); limit: `swiglu`'s clamp. Returns [T, H] f32."""
     t, k = chosen.shape
     gu = torch.ops.day0.mxfp4_moe(x, *gate_up, chosen)  # [T, k, 2I]
-    if isinstance(t, int) and t == 1:
+    if one_token(t):
         # one token (a decode step): the SwiGLU inside the down projection's op, which cuda-sm90
         # runs as one expert matvec staging x through it (a launch fewer a layer; ops.py)
         y = ops.mxfp4_moe_swiglu(gu.reshape(k, -1), *down, chosen.reshape(k, 1), limit)

@@ -89,14 +89,18 @@ class CacheView:
         """Cache rows [S, K] of chosen slots [S, K] (-1, an empty slot, stays -1)."""
         if self.key_rows is None:
             return slots
-        chosen = slots.clamp(min=0)
-        if self.key_rows.shape[0] == 1:
-            # one key range (a prompt chunk): a gather from it, which IREE fuses into the where;
-            # an expand to [S, L] first was a broadcast copy of its own (4 GB at S = 512, L = 1M)
-            rows = self.key_rows[0].index_select(0, chosen.reshape(-1)).view_as(chosen)
-        else:
-            rows = self.key_rows.gather(1, chosen)
+        rows = range_rows(self.key_rows, slots.clamp(min=0))
         return torch.where(slots < 0, torch.full_like(rows, -1), rows)
+
+
+def range_rows(key_rows: Tensor, slots: Tensor) -> Tensor:
+    """key_rows[g, slots[s, j]] [S, K] for slots [S, K] in [0, L), g the query's group: s (G = S)
+    or 0 (G = 1). With one key range (a prompt chunk) a gather from it, which IREE fuses into its
+    consumer: an expand of the range to [S, L] first was a broadcast copy of its own (4.3 GB at
+    S = 512, L = 1M; docs/perf.md, long context on the GPU)."""
+    if key_rows.shape[0] == 1:
+        return key_rows[0].index_select(0, slots.reshape(-1)).view_as(slots)
+    return key_rows.gather(1, slots)
 
 
 def dense_view(positions: Tensor, keys: int) -> CacheView:
@@ -119,8 +123,7 @@ def paged_view(positions: Tensor, tables: Tensor, block: int, batched: bool = Fa
     offsets = torch.arange(block, dtype=torch.int64)
     key_rows = (tables.to(torch.int64)[:, :, None] * block + offsets).reshape(tables.shape[0], -1)  # [G, L]
     group = tables.shape[0] == 1
-    # slot `position` of the query's own range (one range: a gather from it, no [S, L] broadcast)
-    rows = key_rows[0].index_select(0, positions) if group else key_rows.gather(1, positions[:, None]).reshape(-1)
+    rows = range_rows(key_rows, positions[:, None]).reshape(-1)  # slot `position` of the query's own range
     live = (tables != EVICTED_BLOCK)[:, :, None].expand(-1, -1, block).reshape(tables.shape[0], -1)  # [G, L]
     slot = torch.arange(key_rows.shape[1], dtype=torch.int64)[None, :]
     # its own slot stays visible: a padding row of a batched step (all its table the scratch block)

@@ -837,8 +837,7 @@ def bench_moe(run: Runner) -> list[dict]:
         gate, up = gu.double().chunk(2, dim=-1)
         gate, up = gate.clamp(max=limit), up.clamp(-limit, limit)
         h = gate * torch.sigmoid(gate) * up
-        wd = mxfp4_dequantize(dn_w["packed"][choices[0]], dn_w["scales"][choices[0]]).double()
-        ref = torch.einsum("jnk,jk->jn", wd, h)
+        ref = mxfp4_moe_reference(h, dn_w["packed"], dn_w["scales"], choices[0].reshape(k, 1))
         rel = _rel(sets[0]["out"], ref)
         cold, hot = _time(run, lambda i, l=launch, s=sets: [(l, s[i])], variants)
         res = {
