@@ -130,13 +130,17 @@ def reference(workdir):
     return get
 
 
+DEMO_MAX_SEQ_LEN = 256  # demo_cli's positions
+
+
 @pytest.fixture(scope="session")
 def demo_cli(workdir):
     """The default model (tools/checkpoints/default.py, what `make demo` runs) compiled once through
-    the CLI, as a user would: `day0 compile CKPT -o ART --max-seq-len 128 --max-batch 4
+    the CLI, as a user would: `day0 compile CKPT -o ART --max-seq-len 256 --max-batch 4
     --dump-stages` (dense and paged entry points, batched decode for up to 4 sequences).
     (checkpoint, artifact, the compile's CompletedProcess); test_cli reads its output and stages,
-    the server tests serve it."""
+    the server tests serve it, test_default_model measures its perplexity (256 positions: its
+    held-out windows)."""
     import subprocess
 
     from day0.tools.checkpoints.default import default_checkpoint
@@ -146,7 +150,18 @@ def demo_cli(workdir):
         ckpt = default_checkpoint()
         if not art.exists():
             day0 = str(Path(sys.executable).parent / "day0")
-            args = [day0, "compile", ckpt, "-o", art, "--max-seq-len", "128", "--max-batch", "4", "--dump-stages"]
+            args = [
+                day0,
+                "compile",
+                ckpt,
+                "-o",
+                art,
+                "--max-seq-len",
+                str(DEMO_MAX_SEQ_LEN),
+                "--max-batch",
+                "4",
+                "--dump-stages",
+            ]
             r = subprocess.run(list(map(str, args)), capture_output=True, text=True)
             assert r.returncode == 0, r.stderr
             log.write_text(r.stderr)
@@ -155,7 +170,7 @@ def demo_cli(workdir):
 
 @pytest.fixture(scope="session")
 def demo_engine_artifact(demo_cli) -> Path:
-    """The default model's artifact (tokenizer and chat template included, 128 positions, batched
+    """The default model's artifact (tokenizer and chat template included, 256 positions, batched
     decode for up to 4 sequences) that `day0 serve` tests run."""
     return demo_cli[1]
 

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import DEMO_MAX_SEQ_LEN
 
 DAY0 = str(Path(sys.executable).parent / "day0")
 
@@ -109,22 +110,22 @@ def test_generate_rejects_bad_values(demo):
     assert r.returncode == 2 and "top_p" in r.stderr and "Traceback" not in r.stderr
     r = run("generate", artifact, "--prompt-ids", "1,x", check=False)
     assert r.returncode == 2 and "--prompt-ids" in r.stderr
-    r = run("generate", artifact, "--prompt", "x" * 200, check=False)
-    assert r.returncode == 2 and "max_seq_len 128" in r.stderr
+    r = run("generate", artifact, "--prompt", "x" * (4 * DEMO_MAX_SEQ_LEN), check=False)
+    assert r.returncode == 2 and f"max_seq_len {DEMO_MAX_SEQ_LEN}" in r.stderr
 
 
 def test_inspect(demo):
     _, artifact, _ = demo
     info = json.loads(run("inspect", artifact, "--json").stdout)
-    assert info["architecture"] == "deepseek_v32" and info["max_seq_len"] == 128
+    assert info["architecture"] == "deepseek_v32" and info["max_seq_len"] == DEMO_MAX_SEQ_LEN
     cfg = json.loads((demo[0] / "config.json").read_text())
     row = cfg["kv_lora_rank"] + cfg["qk_rope_head_dim"]  # the latent and its rope part
-    assert info["state"]["kv_cache.0"] == [128, row]
+    assert info["state"]["kv_cache.0"] == [DEMO_MAX_SEQ_LEN, row]
     layers = sum(1 for name in info["state"] if name.startswith("kv_cache."))
     assert layers == cfg["num_hidden_layers"]
     assert info["state_bytes"] == {
-        "mla_latent": layers * 128 * row * 4,
-        "indexer_keys": 4 * sum(128 * info["state"][f"index_cache.{i}"][1] for i in range(layers)),
+        "mla_latent": layers * DEMO_MAX_SEQ_LEN * row * 4,
+        "indexer_keys": 4 * sum(DEMO_MAX_SEQ_LEN * info["state"][f"index_cache.{i}"][1] for i in range(layers)),
     }
     assert info["parameters"]["count"] > 0
 

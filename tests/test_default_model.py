@@ -47,17 +47,12 @@ def oracle(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def compiled(workdir):
-    from conftest import once
-
-    from day0.lowering.driver import BuildOptions, compile_checkpoint
+def compiled(demo_cli):
+    """The default model as the CLI compiles it (conftest demo_cli: 256 positions, dense and paged
+    entry points), run through Session."""
     from day0.runtime.session import Session
 
-    art = workdir / "artifact-default-model"
-    with once(workdir, art.name):
-        if not art.exists():
-            compile_checkpoint(default_checkpoint(), art, BuildOptions(max_seq_len=256), progress=lambda *a: None)
-    session = Session.load(art)
+    session = Session.load(demo_cli[1])
 
     def logits_of(ids):
         session.reset()

@@ -1,5 +1,5 @@
 """`day0 serve` as its clients see it: a real server process on 127.0.0.1 (the demo checkpoint,
-compiled once a run for the Engine, 128 positions), driven by the `openai` package, `curl` and plain HTTP.
+compiled once a run for the Engine, 256 positions), driven by the `openai` package, `curl` and plain HTTP.
 
 At temperature 0 a served answer is Session.generate's tokens for the same prompt; chat prompts
 are transformers' own rendering of the checkpoint's chat template; streams concatenate to the
@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import openai
 import pytest
+from conftest import DEMO_MAX_SEQ_LEN
 
 from day0.runtime.session import Session
 from day0.runtime.tokenizer import load_tokenizer
@@ -189,8 +190,8 @@ BAD = [
     ({"model": MODEL, "prompt": "x", "max_tokens": "5"}, "max_tokens", "valid integer"),
     ({"model": "gpt-9", "prompt": "x"}, "model", "not served here"),
     ({"model": MODEL}, "prompt", "required"),
-    ({"model": MODEL, "prompt": "x" * 200}, "prompt", "the model's context is 128"),
-    ({"model": MODEL, "prompt": "hi", "max_tokens": 200}, "max_tokens", "max_tokens may be at most"),
+    ({"model": MODEL, "prompt": "x" * (4 * DEMO_MAX_SEQ_LEN)}, "prompt", f"the model's context is {DEMO_MAX_SEQ_LEN}"),
+    ({"model": MODEL, "prompt": "hi", "max_tokens": DEMO_MAX_SEQ_LEN}, "max_tokens", "max_tokens may be at most"),
     ({"model": MODEL, "prompt": [1, 9999]}, "prompt", "token id 9999 is outside the vocabulary [0, 2048)"),
     ({"model": MODEL, "prompt": "hi", "temperature": -1}, "temperature", "greater than or equal to 0"),
     ({"model": MODEL, "prompt": "hi", "top_p": 1.5}, "top_p", "less than or equal to 1"),
