@@ -357,3 +357,25 @@ def _materialize_op(x: Tensor) -> Tensor:
 @_materialize_op.register_fake
 def _(x: Tensor) -> Tensor:
     return torch.empty_like(x)
+
+
+# --- to_device: where a value lives in an artifact compiled for several devices
+
+
+def to_device(x: Tensor, device: int) -> Tensor:
+    """x itself, to be used on device `device` of an artifact compiled for several (`day0 compile
+    --devices N`; device 0 holds the arguments, the state and the results). The
+    `to-device-transfer` pass makes it IREE's `flow.tensor.transfer` to that device, or, for a
+    module global (a stack of experts), places the global there, so that only that device holds
+    and reads it. In eager PyTorch there is one device and nothing moves."""
+    return torch.ops.day0.to_device(x, device)
+
+
+@torch.library.custom_op("day0::to_device", mutates_args=())
+def _to_device_op(x: Tensor, device: int) -> Tensor:
+    return x.clone()
+
+
+@_to_device_op.register_fake
+def _(x: Tensor, device: int) -> Tensor:
+    return torch.empty_like(x)

@@ -124,6 +124,7 @@ def cache_dtype(model_cls, cfg, options: "BuildOptions") -> str:
 
 BATCH_SIZES = (1, 4, 16, 64, 256)  # the batched decode steps compiled below --max-batch, then it
 DEFAULT_BLOCK_SIZE = 64
+MAX_DEVICES = 64
 
 
 @dataclass
@@ -141,6 +142,9 @@ class BuildOptions:
     # max_batch sequences, over pools of block_size-position blocks
     max_batch: int = 0
     block_size: int = DEFAULT_BLOCK_SIZE
+    # devices the artifact spans: > 1 splits the routed experts among them (expert parallel;
+    # models/moe.py split_experts), on local devices for llvm-cpu
+    devices: int = 1
     # image-token counts to compile the vision tower at (runtime/images.py image_buckets); empty:
     # 2^k and 3·2^(k-1) up to the image processor's max_image_tokens (or max_seq_len, if lower)
     image_buckets: tuple[int, ...] = ()
@@ -190,6 +194,7 @@ def compile_checkpoint(
     from day0.frontend.ir import MLIRError, new_context, parse_module
     from day0.lowering.targets import DsaShape, get_target
     from day0.models.checkpoint import TORCH_DTYPES, Checkpoint
+    from day0.models.moe import split_experts
     from day0.models.mxfp4 import check_checkpoint_scales
     from day0.models.registry import architecture
     from day0.passes.pipeline import parse_pipeline
@@ -215,6 +220,10 @@ def compile_checkpoint(
     with torch.no_grad():
         model = model_cls.empty(cfg, options.max_seq_len, dtypes, cache_dtype=cache_dtype(model_cls, cfg, options))
     ckpt.check_expected(model.parameter_shapes())
+    try:
+        experts = split_experts(model, options.devices)
+    except ValueError as e:
+        raise BuildError(str(e)) from None
     check_checkpoint_scales(ckpt)
     for note in model_cls.compile_notes(ckpt.config, cfg):
         progress("read", note)
@@ -247,7 +256,9 @@ def compile_checkpoint(
         progress("passes", "start")
         width = model.selection_width()
         dsa = DsaShape(width, model.dsa_block(), options.dsa_tile, options.max_seq_len) if width is not None else None
-        pipeline = target.pipeline(dsa, matmul_terms=options.matmul_terms, image_terms=options.image_terms)
+        pipeline = target.pipeline(
+            dsa, matmul_terms=options.matmul_terms, image_terms=options.image_terms, devices=options.devices
+        )
         with new_context():
             module = parse_module(exported.mlir)
             for i, p in enumerate(parse_pipeline(pipeline), start=1):
@@ -290,6 +301,7 @@ def compile_checkpoint(
             },
             state=tuple(model.state_specs()),
             paged=paged_layout(model, options, paged),
+            device_bytes=device_bytes(ckpt, exported.parameters, experts, options.devices),
             parameters=Parameters(
                 scope="model",
                 base_dir=str(checkpoint_dir),
@@ -399,13 +411,22 @@ def _compile_artifact(lowered: str, target, options: BuildOptions, vmfb: Path, s
                 extra_flags=(*target.artifact_flags, *options.extra_flags),
                 dump_dir=dump,
                 repro_dir=first,
+                devices=options.devices,
             )
         except CompileError as e:
             why = e.first_error.split("error: ", 1)[-1][:160]  # (the location is in the repro, removed)
             progress("compile", f"again without {' '.join(target.artifact_flags)} (iree-compile: {why})")
         finally:
             shutil.rmtree(first, ignore_errors=True)
-    return compile_mlir(lowered, options.target, vmfb, extra_flags=options.extra_flags, dump_dir=dump, repro_dir=repro)
+    return compile_mlir(
+        lowered,
+        options.target,
+        vmfb,
+        extra_flags=options.extra_flags,
+        dump_dir=dump,
+        repro_dir=repro,
+        devices=options.devices,
+    )
 
 
 def paged_entry_points(paged) -> dict:
@@ -447,6 +468,20 @@ def paged_layout(model, options: BuildOptions, paged):
     )
 
 
+def device_bytes(ckpt, names, experts: int, devices: int) -> tuple[int, ...]:
+    """The bytes of the parameters `names` (read from checkpoint `ckpt`) each device holds when
+    the model's `experts` routed experts are split among `devices` (models/moe.py
+    expert_device); () for one device."""
+    from day0.models.moe import expert_device
+
+    if devices == 1:
+        return ()
+    out = [0] * devices
+    for n in names:
+        out[expert_device(n, experts, devices)] += ckpt.tensors[n].nbytes
+    return tuple(out)
+
+
 def check_options(options: BuildOptions) -> None:
     """The options' values in range, or a BuildError naming the option (no work done)."""
     from day0.lowering.targets import get_target
@@ -466,6 +501,13 @@ def check_options(options: BuildOptions) -> None:
         raise BuildError(f"--matmul-terms must be 2 or 3 (got {options.matmul_terms})")
     if options.image_terms not in (None, 1, 2, 3):
         raise BuildError(f"--image-terms must be 1, 2 or 3 (got {options.image_terms})")
+    if type(options.devices) is not int or not 1 <= options.devices <= MAX_DEVICES:
+        raise BuildError(f"--devices must be an integer in [1, {MAX_DEVICES}] (got {options.devices})")
+    if options.devices > 1 and options.target != "llvm-cpu":
+        raise BuildError(
+            f"--devices {options.devices}: artifacts over several devices are built for llvm-cpu (local devices) "
+            f"so far, not for {options.target}"
+        )
 
 
 def is_artifact(path: Path) -> bool:

@@ -35,7 +35,8 @@ DEFAULT_DSA_TILE = 64
 #   vision   day0::vision_attention (targets that keep it whole)
 #   matmul   the remaining matmuls
 #   fusion   day0::materialize (targets that keep it: a fusion boundary, frontend/ops.py)
-ROLES = ("weights", "indexer", "router", "topk", "mxfp4", "dsa", "vision", "matmul", "fusion")
+#   devices  day0::to_device (a module over several devices: `day0 compile --devices N`)
+ROLES = ("weights", "indexer", "router", "topk", "mxfp4", "dsa", "vision", "matmul", "fusion", "devices")
 
 
 @dataclass(frozen=True)
@@ -71,11 +72,13 @@ def _gather_tiles(dsa: DsaShape | None) -> str | None:
 @dataclass(frozen=True)
 class PassInputs:
     """What a target's pass text may depend on (Target.pipeline): the model's DSA shape (None: no
-    DSA op) and the bf16 terms of the matmuls outside and inside the vision tower."""
+    DSA op), the bf16 terms of the matmuls outside and inside the vision tower, and the devices
+    the module spans."""
 
     dsa: DsaShape | None
     matmul_terms: int
     image_terms: int
+    devices: int = 1
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,7 @@ class Target:
         roles: tuple[str, ...] | None = None,
         matmul_terms: int | None = None,
         image_terms: int | None = None,
+        devices: int = 1,
     ) -> str:
         """This target's pass pipeline for a model whose DSA op has shape `dsa` (None: no DSA op);
         `roles`: only the passes of those roles (ROLES), in pipeline order; `matmul_terms`,
@@ -144,6 +148,7 @@ class Target:
             dsa,
             self.matmul_terms if matmul_terms is None else matmul_terms,
             self.image_terms if image_terms is None else image_terms,
+            devices,
         )
         unknown = set(roles or ()) - set(ROLES)
         if unknown:
@@ -267,6 +272,7 @@ TARGETS: dict[str, Target] = {
         ),
         passes=(
             *_WEIGHTS,
+            ("devices", lambda i: f"to-device-transfer{{devices={i.devices}}}" if i.devices > 1 else None),
             # IREE's default lowering of aten.topk sorts whole rows (slow), and miscompiles two
             # topks over a shared causal mask; iree_linalg_ext.topk keeps the lower index on ties
             ("topk", "topk-to-linalg-ext"),

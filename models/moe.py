@@ -5,6 +5,8 @@ transformers' save_pretrained writes them); the graph stacks them into [E, out, 
 IREE hoists into an initializer, and indexes the stack by the router's choice.
 """
 
+import re
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -80,14 +82,18 @@ class Mxfp4Experts(nn.ModuleList):
 
     names: tuple[str, str, str] = EXPERT_NAMES
 
-    def stacked(self) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
-        """(gate‖up packed [E, 2I, H/2], scales [E, 2I, H/32]), (down packed [E, H, I/2], scales)."""
+    def stacked(self, group: range | None = None) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
+        """(gate‖up packed [E, 2I, H/2], scales [E, 2I, H/32]), (down packed [E, H, I/2], scales)
+        of the experts in `group` (None: all of them; E = len(group))."""
         g, u, d = self.names
+        experts = list(self) if group is None else [self[i] for i in group]
         gate_up = tuple(
-            torch.stack([torch.cat([getattr(getattr(e, g), n), getattr(getattr(e, u), n)]) for e in self])
+            torch.stack([torch.cat([getattr(getattr(e, g), n), getattr(getattr(e, u), n)]) for e in experts])
             for n in ("weight_packed", "weight_scale")
         )
-        down = tuple(torch.stack([getattr(getattr(e, d), n) for e in self]) for n in ("weight_packed", "weight_scale"))
+        down = tuple(
+            torch.stack([getattr(getattr(e, d), n) for e in experts]) for n in ("weight_packed", "weight_scale")
+        )
         return gate_up, down
 
 
@@ -96,6 +102,9 @@ class MoE(nn.Module):
     None: plain SwiGLU (DeepSeek)."""
 
     limit: float | None = None  # (subclasses with their own __init__ keep the plain SwiGLU)
+    # devices the routed experts are split among (expert parallel: `day0 compile --devices N`,
+    # set by the compile driver through split_experts; MXFP4 experts only)
+    devices: int = 1
 
     def __init__(self, cfg, swiglu_limit: float | None = None):
         super().__init__()
@@ -132,7 +141,26 @@ class MoE(nn.Module):
         return routed + shared
 
     def _mxfp4_routed(self, x: Tensor, weights: Tensor, chosen: Tensor) -> Tensor:
-        return mxfp4_routed(x, weights, chosen, *self.experts.stacked(), limit=self.limit)
+        if self.devices == 1:
+            return mxfp4_routed(x, weights, chosen, *self.experts.stacked(), limit=self.limit)
+        # expert parallel: device d holds experts [d·E/N, (d+1)·E/N) (their stacks are placed
+        # there: passes/to_device_transfer.py) and computes every chosen slot with its own
+        # experts, the others as its first expert at weight 0; device 0 adds the N partial sums
+        per = len(self.experts) // self.devices
+        total = None
+        for d in range(self.devices):
+            mine = (chosen >= d * per) & (chosen < (d + 1) * per)
+            ids = torch.where(mine, chosen - d * per, 0)
+            w = torch.where(mine, weights, 0.0)
+            gate_up, down = (
+                tuple(ops.to_device(t, d) for t in pair) for pair in self.experts.stacked(range(d * per, (d + 1) * per))
+            )
+            part = mxfp4_routed(
+                ops.to_device(x, d), ops.to_device(w, d), ops.to_device(ids, d), gate_up, down, limit=self.limit
+            )
+            part = ops.to_device(part, 0)
+            total = part if total is None else total + part
+        return total
 
 
 def mxfp4_routed(
@@ -159,3 +187,35 @@ def mxfp4_routed(
         h = swiglu(g, u, limit).reshape(t * k, -1)  # each (token, expert) pair is its own row
         y = torch.ops.day0.mxfp4_moe(h, *down, chosen.reshape(t * k, 1))
     return (weights[..., None] * y.reshape(t, k, -1)).sum(1)
+
+
+def split_experts(model: nn.Module, devices: int) -> int:
+    """Split every MoE layer's routed experts among `devices` (expert parallel, `day0 compile
+    --devices N`): device d holds and reads experts [d·E/N, (d+1)·E/N). Returns E (0 for one
+    device). ValueError naming the problem when the model cannot be split so: dense (non-MXFP4)
+    routed experts or an MoE of another kind, or N not dividing the number of experts."""
+    if devices == 1:
+        return 0
+    moes = [m for m in model.modules() if isinstance(m, MoE) or type(m).__name__.endswith("MoE")]
+    split = [m for m in moes if isinstance(m, MoE) and isinstance(m.experts, Mxfp4Experts)]
+    if not split or len(split) != len(moes):
+        raise ValueError(
+            f"--devices {devices}: day0 splits MXFP4 routed experts among devices (expert parallel); "
+            f"this {type(model).__name__} has {'no MoE layer' if not moes else 'routed experts of another kind'}"
+        )
+    experts = len(split[0].experts)
+    if experts % devices:
+        raise ValueError(f"--devices {devices} does not divide the checkpoint's {experts} routed experts")
+    for m in split:
+        m.devices = devices
+    return experts
+
+
+_EXPERT = re.compile(r"\.experts\.(\d+)\.")
+
+
+def expert_device(name: str, experts: int, devices: int) -> int:
+    """The device holding checkpoint tensor `name` under split_experts: routed expert e's tensors
+    (`...experts.<e>....`) on e // (experts / devices), every other tensor on device 0."""
+    m = _EXPERT.search(name)
+    return int(m.group(1)) // (experts // devices) if m and experts else 0

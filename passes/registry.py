@@ -22,6 +22,7 @@ _PASSES: dict[str, tuple[str, str]] = {
     "matmul-to-cuda-linear": ("day0.passes.matmul_to_cuda_linear", "MatmulToCudaLinear"),
     "matmul-to-bf16-terms": ("day0.passes.matmul_to_bf16_terms", "MatmulToBf16Terms"),
     "materialize-to-barrier": ("day0.passes.materialize_to_barrier", "MaterializeToBarrier"),
+    "to-device-transfer": ("day0.passes.to_device_transfer", "ToDeviceTransfer"),
 }
 
 

@@ -212,6 +212,15 @@ class Manifest:
     # the image entry points (encode_image_<P>, prefill_mm), for a model with a vision tower; absent
     # from a text-only artifact's manifest.json
     vision: VisionLayout | None = None
+    # the parameter bytes each device of the module holds (`day0 compile --devices N`: device d
+    # the routed experts [d·E/N, (d+1)·E/N) of every MoE layer, device 0 also everything else);
+    # empty, and absent from manifest.json, for a one-device artifact
+    device_bytes: tuple[int, ...] = ()
+
+    @property
+    def device_count(self) -> int:
+        """How many devices the module spans (runtime/vm.py get_devices)."""
+        return max(1, len(self.device_bytes))
 
     @property
     def prefill_chunk(self) -> int:
@@ -244,6 +253,8 @@ class Manifest:
         data = asdict(self)
         if data["vision"] is None:  # a text-only artifact's manifest is what it always was
             del data["vision"]
+        if not data["device_bytes"]:  # and a one-device artifact's
+            del data["device_bytes"]
         return data
 
     @classmethod
@@ -283,6 +294,7 @@ class Manifest:
                     "vision": VisionLayout(**_plain(VisionLayout, top["vision"], "vision."))
                     if top.get("vision")
                     else None,
+                    "device_bytes": tuple(top.get("device_bytes", ())),
                 }
             )
         except (KeyError, TypeError, AttributeError) as e:

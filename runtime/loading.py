@@ -33,6 +33,7 @@ def open_artifact(artifact_dir, device: str | None, verify: bool, checkpoint_dir
         scope=params.scope,
         vmfb_bytes=read_vmfb(artifact_dir, manifest, verify),
         check=lambda reflection: check_signatures(manifest, reflection, str(artifact_dir)),
+        devices=manifest.device_count,
     )
     return manifest, vm
 

@@ -60,6 +60,25 @@ def get_device(name: str) -> rt.HalDevice:
         raise VmError(f"device {name!r} is not available on this machine ({first})") from None
 
 
+def get_devices(name: str, count: int) -> list[rt.HalDevice]:
+    """`count` distinct HAL devices of kind `name` for a module compiled for that many (`day0
+    compile --devices N`): local-task gives N independent CPU devices (each its own task
+    executor: how the CPU stands in for N GPUs), cuda the first N GPUs. IREE maps the module's
+    device i to the i-th of the list."""
+    if count < 1:
+        raise ValueError(f"a module needs at least one device, got {count}")
+    first = get_device(name)
+    if count == 1:
+        return [first]
+    driver = rt.get_driver(name)
+    if name == "local-task":  # rt.get_device caches one device a URI: the others are made anew
+        return [first] + [driver.create_default_device() for _ in range(count - 1)]
+    infos = driver.query_available_devices()
+    if len(infos) < count:
+        raise VmError(f"the module needs {count} {name} devices; this machine has {len(infos)}")
+    return [first] + [driver.create_device(info["device_id"]) for info in infos[1:count]]
+
+
 def _private_copy(data: bytes) -> str:
     """A file only this process can write (mode 0600) holding `data`, for mapping: modules are
     mapped as they always were (IREE's file mapping), not copied from a Python buffer, whose
@@ -99,6 +118,7 @@ class VmModule:
         scope: str = "model",
         vmfb_bytes: bytes | None = None,
         check: Callable[[dict[str, dict[str, str]]], None] | None = None,
+        devices: int = 1,
     ) -> VmModule:
         """Load `vmfb_path` (or, given, `vmfb_bytes`: the module already read and verified from
         that path, so that what runs is what was checked) with the parameters of
@@ -106,14 +126,16 @@ class VmModule:
 
         Runs the module's initializer: a parameter missing from every file fails here, naming
         the key and the files searched. `check`, given, sees {function: reflection} before the
-        initializer runs (and before any weight is read) and may raise.
+        initializer runs (and before any weight is read) and may raise. `devices`: how many
+        devices the module was compiled for (its first one holds the arguments and results).
         """
         vmfb_path = Path(vmfb_path)
         if vmfb_bytes is None and not vmfb_path.is_file():
             raise VmError(f"no compiled module at {vmfb_path}")
-        hal_device = get_device(device)
+        hal_devices = get_devices(device, devices)
+        hal_device = hal_devices[0]
         instance = rt.VmInstance()
-        modules = [rt.create_hal_module(instance, hal_device)]
+        modules = [rt.create_hal_module(instance, devices=hal_devices)]
         files = tuple(Path(f) for f in parameter_files)
         keepalive: tuple = ()
         if files:
@@ -145,7 +167,7 @@ class VmModule:
             raise VmError(
                 f"initializing {vmfb_path} on {device} failed (parameter scope {scope!r}, files: {names}): {e}"
             ) from None
-        return cls(hal_device, instance, context, module, files, keepalive, device)
+        return cls(hal_device, instance, context, module, files, (*keepalive, hal_devices), device)
 
     @property
     def function_names(self) -> list[str]:

@@ -28,6 +28,8 @@ def summary_json(m, memory: int | None = None) -> dict:
         "architecture": m.architecture,
         "target": m.target,
         "devices": list(m.devices),
+        "device_count": m.device_count,
+        "device_bytes": list(m.device_bytes) or [m.parameters.nbytes],
         "max_seq_len": m.max_seq_len,
         "vocab_size": m.vocab_size,
         "entry_points": {
@@ -94,6 +96,11 @@ def summary_text(artifact_dir: Path, m, memory: int | None = None) -> str:
         f"{len(m.parameters.files)} file(s) under {m.parameters.base_dir}",
     ]
     lines += [f"                {f.path}  {size(f.size)}" for f in m.parameters.files]
+    if m.device_bytes:
+        lines.append(
+            f"devices       {m.device_count}, routed experts split among them; parameters a device: "
+            + ", ".join(f"{d}: {size(b)}" for d, b in enumerate(m.device_bytes))
+        )
     lines.append(f"entry points  {', '.join(_entry(n, e) for n, e in m.entry_points.items())}")
     by_kind: dict[str, list] = {}
     for s in m.state:

@@ -77,6 +77,7 @@ def cmd_compile(a) -> int:
         prefill_chunk=a.prefill_chunk,
         max_batch=a.max_batch,
         block_size=a.block_size,
+        devices=a.devices,
         cache_dtype=a.cache_dtype,
         image_buckets=a.image_buckets,
         matmul_terms=a.matmul_terms,
@@ -359,6 +360,13 @@ def parser() -> argparse.ArgumentParser:
         "many sequences (default 0: none)",
     )
     c.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE, help="positions per paged cache block")
+    c.add_argument(
+        "--devices",
+        type=int,
+        default=1,
+        help="split the model over this many devices: each holds and reads its share of the routed "
+        "experts (MXFP4), device 0 the rest (llvm-cpu: N local devices; default 1)",
+    )
     c.add_argument(
         "--image-buckets",
         type=_token_counts,

@@ -1,0 +1,105 @@
+"""An artifact over several devices (`day0 compile --devices N`, issue 19): deepseek_v32's MXFP4
+routed experts split among N local CPU devices, each device holding and reading only its own
+experts, gives the one-device artifact's logits and tokens through Session and Engine; what
+cannot be split so is refused before any work."""
+
+import json
+import re
+
+import numpy as np
+import pytest
+from parity_configs import DECODE_STEPS, PARITY, rel_err, sequence
+
+NAME = "ds-sparse-mxfp4"  # 8 routed experts, 2 a token
+
+
+@pytest.fixture(scope="module")
+def split(checkpoint, tmp_path_factory):
+    """N -> the checkpoint compiled for N local devices (2: with the Engine's paged entry points;
+    4: dense only, its stages dumped)."""
+    from day0.lowering.driver import BuildOptions, compile_checkpoint
+
+    spec, out = PARITY[NAME], {}
+    for n, extra in ((2, dict(max_batch=2, block_size=4)), (4, dict(dump_stages=True))):
+        path = tmp_path_factory.mktemp(f"devices{n}") / "artifact"
+        compile_checkpoint(
+            checkpoint(NAME),
+            path,
+            BuildOptions(max_seq_len=spec["max_seq_len"], dsa_tile=spec["tile"], devices=n, **extra),
+            progress=lambda *a: None,
+        )
+        out[n] = path
+    return out
+
+
+def _logits(artifact, ids, p):
+    from day0.runtime.session import Session
+
+    s = Session.load(artifact)
+    rows = [s.prefill(ids[:p])] + [s.decode(int(t))[None] for t in ids[p:]]
+    return np.concatenate(rows), s
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_split_experts_give_the_one_device_logits(artifact, split, n):
+    p = PARITY[NAME]["prompt"]
+    one, s1 = _logits(artifact(NAME), sequence(NAME, 320).numpy(), p)
+    got, s = _logits(split[n], sequence(NAME, 320).numpy(), p)
+    assert s.manifest.device_count == n and s1.manifest.device_count == 1
+    assert got.shape == (p + DECODE_STEPS, 320) and rel_err(got, one) < 1e-5
+    assert (got.argmax(-1) == one.argmax(-1)).all()
+    s.reset(), s1.reset()
+    assert s.generate(list(range(3, 11)), max_new_tokens=6) == s1.generate(list(range(3, 11)), max_new_tokens=6)
+
+
+def test_the_engine_runs_a_split_artifact(artifact, split):
+    from day0.runtime.engine import Engine
+    from day0.runtime.session import Session
+
+    eng = Engine.load(split[2])
+    prompts = [list(range(5, 17)), list(range(40, 47))]
+    rids = [eng.add(q, max_new_tokens=5, stop=()) for q in prompts]
+    got = {r: [] for r in rids}
+    while eng.has_work():
+        for rid, prog in eng.step().items():
+            got[rid] += prog.tokens
+    for rid, q in zip(rids, prompts, strict=True):
+        assert got[rid] == Session.load(artifact(NAME)).generate(q, max_new_tokens=5, stop_at_eos=False)
+
+
+def test_each_device_holds_its_own_experts(checkpoint, artifact, split):
+    from day0.runtime.artifact import read_manifest
+
+    m = read_manifest(split[4], verify=False)
+    per = [0] * 4  # from the shards' own headers: each tensor's data_offsets
+    for f in checkpoint(NAME).glob("*.safetensors"):
+        raw = f.read_bytes()
+        header = json.loads(raw[8 : 8 + int.from_bytes(raw[:8], "little")])
+        for name, t in header.items():
+            if name != "__metadata__":
+                e = int(name.split(".experts.")[1].split(".")[0]) if ".experts." in name else None
+                per[0 if e is None else e // 2] += t["data_offsets"][1] - t["data_offsets"][0]
+    assert list(m.device_bytes) == per and per[1] == per[2] == per[3] > 0
+    assert json.loads((split[4] / "manifest.json").read_text())["device_bytes"] == per
+    # in the compiled module each device loads its parameters itself
+    hal = next((split[4] / "stages" / "iree" / "phases").glob("*.hal.mlir")).read_text()
+    assert all(f"io_parameters.load<%__device_{d}" in hal for d in range(4))
+    # a one-device artifact's manifest is what it always was
+    assert "device_bytes" not in json.loads((artifact(NAME) / "manifest.json").read_text())
+
+
+@pytest.mark.parametrize(
+    "name, devices, target, words",
+    [
+        (NAME, 3, "llvm-cpu", "--devices 3 does not divide the checkpoint's 8 routed experts"),
+        ("ds-sparse", 2, "llvm-cpu", "splits MXFP4 routed experts among devices"),
+        (NAME, 2, "cuda-sm90", "built for llvm-cpu (local devices) so far, not for cuda-sm90"),
+        (NAME, 0, "llvm-cpu", "--devices must be an integer in [1, 64] (got 0)"),
+    ],
+)
+def test_what_cannot_be_split_is_refused(checkpoint, tmp_path, name, devices, target, words):
+    from day0.lowering.driver import BuildError, BuildOptions, compile_checkpoint
+
+    with pytest.raises(BuildError, match=re.escape(words)):
+        compile_checkpoint(checkpoint(name), tmp_path / "a", BuildOptions(devices=devices, target=target))
+    assert not (tmp_path / "a").exists()
