@@ -233,7 +233,9 @@ def _paged_wrappers(lm, max_seq_len: int, paged: PagedExport) -> dict:
     pools, slots = lm.paged_state(paged.block)
     examples = [torch.zeros(2 * p.shape[0], *p.shape[1:], dtype=getattr(torch, p.dtype)) for p in pools]
     examples += [torch.zeros(2, *s.shape, dtype=getattr(torch, s.dtype)) for s in slots]
-    blocks = Dim("blocks", min=1, max=-(-max_seq_len // paged.block))  # a table's length
+    # a table's length; at least 2 as its example (a sequence of one block passes a table of 1:
+    # torch.export takes no dim whose range is a single value)
+    blocks = Dim("blocks", min=1, max=max(2, -(-max_seq_len // paged.block)))
     pool_blocks, slot_count = Dim("pool_blocks", min=2), Dim("slots", min=2)
     state_shapes = tuple({0: p.shape[0] * pool_blocks} for p in pools) + tuple({0: slot_count} for _ in slots)
     seq = Dim("seq", min=2, max=max_seq_len)

@@ -15,12 +15,13 @@ NAME = "ds-sparse-mxfp4"  # 8 routed experts, 2 a token
 
 @pytest.fixture(scope="module")
 def split(checkpoint, tmp_path_factory):
-    """N -> the checkpoint compiled for N local devices (2: with the Engine's paged entry points;
-    4: dense only, its stages dumped)."""
+    """N -> the checkpoint compiled for N local devices (2: with the Engine's paged entry points,
+    in blocks of max_seq_len positions, one a sequence: a block table of one entry, which
+    torch.export once refused; 4: dense only, its stages dumped)."""
     from day0.lowering.driver import BuildOptions, compile_checkpoint
 
     spec, out = PARITY[NAME], {}
-    for n, extra in ((2, dict(max_batch=2, block_size=4)), (4, dict(dump_stages=True))):
+    for n, extra in ((2, dict(max_batch=2, block_size=spec["max_seq_len"])), (4, dict(dump_stages=True))):
         path = tmp_path_factory.mktemp(f"devices{n}") / "artifact"
         compile_checkpoint(
             checkpoint(NAME),
