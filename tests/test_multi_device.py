@@ -119,3 +119,14 @@ def test_what_cannot_be_split_is_refused(checkpoint, tmp_path, name, devices, ta
     with pytest.raises(BuildError, match=re.escape(words)):
         compile_checkpoint(checkpoint(name), tmp_path / "a", BuildOptions(devices=devices, target=target))
     assert not (tmp_path / "a").exists()
+
+
+def test_devices_are_distinct_local_task_devices():
+    from day0.runtime.vm import VmError, get_devices
+
+    devices = get_devices("local-task", 3)
+    assert len({id(d) for d in devices}) == 3
+    with pytest.raises(VmError, match="spans 2 devices; day0 runs such modules on local-task so far, not local-sync"):
+        get_devices("local-sync", 2)
+    with pytest.raises(ValueError, match="at least one device"):
+        get_devices("local-task", 0)
