@@ -18,17 +18,16 @@ GLM = "glm-mxfp4"  # glm5_next: KDA, k-pool DSA, mHC; 8 routed experts, 2 a toke
 
 @pytest.fixture(scope="session")
 def split(checkpoint, workdir):
-    """(name, N) -> the checkpoint compiled for N local devices, once for all workers: NAME at 2
+    """(name, N) -> the checkpoint compiled for N local devices, once for all workers: NAME at 4
     with the Engine's paged entry points, in blocks of max_seq_len positions, one a sequence (a
-    block table of one entry, which torch.export once refused), NAME at 4 dense only with its
-    stages dumped, GLM at 2."""
+    block table of one entry, which torch.export once refused), its stages dumped; GLM at 2,
+    dense only. (Two compiles: the suite's time is near its limit.)"""
     from conftest import once
 
     from day0.lowering.driver import BuildOptions, compile_checkpoint
 
     builds = {
-        (NAME, 2): dict(max_batch=2, block_size=PARITY[NAME]["max_seq_len"]),
-        (NAME, 4): dict(dump_stages=True),
+        (NAME, 4): dict(max_batch=2, block_size=PARITY[NAME]["max_seq_len"], dump_stages=True),
         (GLM, 2): {},
     }
 
@@ -53,7 +52,7 @@ def _logits(artifact, ids, p):
     return np.concatenate(rows), s
 
 
-@pytest.mark.parametrize("name, n", [(NAME, 2), (NAME, 4), (GLM, 2)])
+@pytest.mark.parametrize("name, n", [(NAME, 4), (GLM, 2)])
 def test_split_experts_give_the_one_device_logits(artifact, split, name, n):
     from day0.runtime.session import Session
 
@@ -72,7 +71,7 @@ def test_the_engine_runs_a_split_artifact(artifact, split):
     from day0.runtime.engine import Engine
     from day0.runtime.session import Session
 
-    eng = Engine.load(split(NAME, 2))
+    eng = Engine.load(split(NAME, 4))
     prompts = [list(range(5, 17)), list(range(40, 47))]
     rids = [eng.add(q, max_new_tokens=5, stop=()) for q in prompts]
     got = {r: [] for r in rids}
