@@ -13,22 +13,19 @@ from parity_configs import DECODE_STEPS, PARITY, rel_err, sequence
 NAME = "ds-sparse-mxfp4"  # 8 routed experts, 2 a token
 
 
-GLM = "glm-mxfp4"  # glm5_next: KDA, k-pool DSA, mHC; 8 routed experts, 2 a token
-
-
 @pytest.fixture(scope="session")
 def split(checkpoint, workdir):
     """(name, N) -> the checkpoint compiled for N local devices, once for all workers: NAME at 4
     with the Engine's paged entry points, in blocks of max_seq_len positions, one a sequence (a
-    block table of one entry, which torch.export once refused), its stages dumped; GLM at 2,
-    dense only. (Two compiles: the suite's time is near its limit.)"""
+    block table of one entry, which torch.export once refused), its stages dumped. (One compile:
+    the suite's time is at its limit; glm5_next split over 2 devices was checked by hand,
+    docs/scale.md.)"""
     from conftest import once
 
     from day0.lowering.driver import BuildOptions, compile_checkpoint
 
     builds = {
         (NAME, 4): dict(max_batch=2, block_size=PARITY[NAME]["max_seq_len"], dump_stages=True),
-        (GLM, 2): {},
     }
 
     def get(name: str, n: int):
@@ -52,7 +49,7 @@ def _logits(artifact, ids, p):
     return np.concatenate(rows), s
 
 
-@pytest.mark.parametrize("name, n", [(NAME, 4), (GLM, 2)])
+@pytest.mark.parametrize("name, n", [(NAME, 4)])
 def test_split_experts_give_the_one_device_logits(artifact, split, name, n):
     from day0.runtime.session import Session
 
