@@ -22,16 +22,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from day0.frontend.ir import IndexType, InsertionPoint, IntegerAttr, Operation, Type
+from day0.frontend.ir import InsertionPoint, Operation
 from day0.passes.base import DiagnosticEngine, ModulePass, collect_ops, operator_name
-from day0.passes.torch_ir import TensorType, replace_op
+from day0.passes.torch_ir import TensorType, builtin_type, dynamic_dims, replace_op
 
 OP_NAME = "torch.day0.materialize"
-
-
-def _builtin(t: TensorType) -> Type:
-    dtype = {"si64": "i64", "si32": "i32", "si8": "i8", "ui8": "i8"}.get(t.dtype, t.dtype)
-    return Type.parse(f"tensor<{'x'.join('?' if d is None else str(d) for d in t.dims)}{'x' if t.dims else ''}{dtype}>")
 
 
 @dataclass(frozen=True)
@@ -46,18 +41,11 @@ class MaterializeToBarrier(ModulePass):
                 diag.error(op, f"{OP_NAME} takes one tensor and returns a tensor of its type")
                 continue
             ip, loc = InsertionPoint(op), op.location
-            builtin = _builtin(t)
+            builtin = builtin_type(t)
             xb = Operation.create("torch_c.to_builtin_tensor", [builtin], operands, loc=loc, ip=ip).result
             yb = Operation.create("util.optimization_barrier", [builtin], [xb], loc=loc, ip=ip).result
-            dynamic = [i for i, d in enumerate(t.dims) if d is None]
-            if dynamic:  # the barrier hides its result's dims from IREE's shape reification: tie them
-                index = IndexType.get()
-                dims = []
-                for i in dynamic:
-                    at = Operation.create(
-                        "arith.constant", [index], [], {"value": IntegerAttr.get(index, i)}, loc=loc, ip=ip
-                    ).result
-                    dims.append(Operation.create("tensor.dim", [index], [xb, at], loc=loc, ip=ip).result)
+            dims = dynamic_dims(xb, t, loc, ip)
+            if dims:  # the barrier hides its result's dims from IREE's shape reification: tie them
                 yb = Operation.create("flow.tensor.tie_shape", [builtin], [yb, *dims], loc=loc, ip=ip).result
             y = Operation.create("torch_c.from_builtin_tensor", [results[0].type], [yb], loc=loc, ip=ip).result
             replace_op(op, [y])

@@ -27,10 +27,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from day0.frontend.ir import Attribute, IndexType, InsertionPoint, IntegerAttr, Operation
+from day0.frontend.ir import Attribute, InsertionPoint, Operation
 from day0.passes.base import DiagnosticEngine, ModulePass, collect_ops, operator_name
-from day0.passes.materialize_to_barrier import _builtin
-from day0.passes.torch_ir import TensorType, defining_op, replace_op, torch_constant
+from day0.passes.torch_ir import TensorType, builtin_type, defining_op, dynamic_dims, replace_op, torch_constant
 
 OP_NAME = "torch.day0.to_device"
 _RESHAPES = ("tensor.expand_shape", "tensor.collapse_shape")
@@ -74,16 +73,9 @@ class ToDeviceTransfer(ModulePass):
                 replace_op(op, [operands[0]])
                 continue
             ip, loc = InsertionPoint(op), op.location
-            builtin = _builtin(t)
+            builtin = builtin_type(t)
             xb = Operation.create("torch_c.to_builtin_tensor", [builtin], [operands[0]], loc=loc, ip=ip).result
-            dims = []
-            for i, n in enumerate(t.dims):
-                if n is None:
-                    index = IndexType.get()
-                    at = Operation.create(
-                        "arith.constant", [index], [], {"value": IntegerAttr.get(index, i)}, loc=loc, ip=ip
-                    ).result
-                    dims.append(Operation.create("tensor.dim", [index], [xb, at], loc=loc, ip=ip).result)
+            dims = dynamic_dims(xb, t, loc, ip)
             target = Attribute.parse(f"#hal.device.promise<@__device_{d}>")
             yb = Operation.create(
                 "flow.tensor.transfer", [builtin], [xb, *dims], {"target": target}, loc=loc, ip=ip

@@ -1,5 +1,6 @@
 """Torch-dialect helpers every day0 pass shares: the `!torch.vtensor` type, an op builder that
-shares constants, constant-operand lookup, and dim formatting for diagnostics."""
+shares constants, constant-operand lookup, builtin tensor types and their dynamic dims, and dim
+formatting for diagnostics."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 from day0.frontend.ir import (
     Attribute,
     FloatAttr,
+    IndexType,
     InsertionPoint,
     IntegerAttr,
     IntegerType,
@@ -123,6 +125,26 @@ def torch_constant(value: Value, op_name: str) -> object | None:
         return None
     attr = owner.attributes["value"]
     return bool(attr.value) if op_name == "torch.constant.bool" else attr.value
+
+
+def builtin_type(t: TensorType) -> Type:
+    """The builtin tensor type of a torch one (`torch_c.to_builtin_tensor`'s result): dynamic dims
+    as `?`, torch's signed/unsigned ints signless."""
+    dtype = {"si64": "i64", "si32": "i32", "si8": "i8", "ui8": "i8"}.get(t.dtype, t.dtype)
+    return Type.parse(f"tensor<{'x'.join('?' if d is None else str(d) for d in t.dims)}{'x' if t.dims else ''}{dtype}>")
+
+
+def dynamic_dims(builtin: Value, t: TensorType, loc, ip: InsertionPoint) -> list[Value]:
+    """`tensor.dim` of each dynamic dim of `builtin` (a builtin tensor of torch type t), in order:
+    the operands an op taking a dynamically shaped tensor (flow.tensor.tie_shape,
+    flow.tensor.transfer) lists after it."""
+    index = IndexType.get()
+    dims = []
+    for i, d in enumerate(t.dims):
+        if d is None:
+            at = Operation.create("arith.constant", [index], [], {"value": IntegerAttr.get(index, i)}, loc=loc, ip=ip)
+            dims.append(Operation.create("tensor.dim", [index], [builtin, at.result], loc=loc, ip=ip).result)
+    return dims
 
 
 def fmt_dim(d: int | None) -> str:
