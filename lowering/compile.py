@@ -55,24 +55,10 @@ class CompileResult:
     seconds: float
 
 
-DEVICE_FLAG = "--iree-hal-target-device="
-
-
 def target_flags(target: str, extra_flags: Sequence[str] = (), devices: int = 1) -> tuple[str, ...]:
-    """Every flag `compile_mlir` passes for `target` (input type, target flags, extras). With
-    several `devices` the target's device flag is given once for each, `local[0]` ..
-    `local[N-1]`: IREE names them @__device_0 .. @__device_<N-1> (the devices the
-    to-device-transfer pass places values on) and the runtime maps them to the first N devices
-    it is given (runtime/vm.py get_devices)."""
-    flags = get_target(target).flags
-    if devices > 1:
-        named = [f for f in flags if f.startswith(DEVICE_FLAG)]
-        if len(named) != 1:
-            raise ValueError(f"target {target} does not compile for several devices (--devices {devices})")
-        kind = named[0][len(DEVICE_FLAG) :]
-        i = flags.index(named[0])
-        flags = (*flags[:i], *(f"{DEVICE_FLAG}{kind}[{d}]" for d in range(devices)), *flags[i + 1 :])
-    return ("--iree-input-type=torch", *flags, *extra_flags)
+    """Every flag `compile_mlir` passes for `target` (input type, target flags for `devices`
+    devices: Target.flags_for, extras)."""
+    return ("--iree-input-type=torch", *get_target(target).flags_for(devices), *extra_flags)
 
 
 def compile_mlir(

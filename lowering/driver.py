@@ -484,9 +484,9 @@ def device_bytes(ckpt, names, experts: int, devices: int) -> tuple[int, ...]:
 
 def check_options(options: BuildOptions) -> None:
     """The options' values in range, or a BuildError naming the option (no work done)."""
-    from day0.lowering.targets import get_target
+    from day0.lowering.targets import TARGETS, get_target
 
-    get_target(options.target)  # an unknown target names the known ones
+    target = get_target(options.target)  # an unknown target names the known ones
     n = options.max_seq_len
     if type(n) is not int or not MIN_MAX_SEQ_LEN <= n <= MAX_MAX_SEQ_LEN:
         raise BuildError(f"--max-seq-len must be an integer in [{MIN_MAX_SEQ_LEN}, {MAX_MAX_SEQ_LEN}] (got {n})")
@@ -503,9 +503,10 @@ def check_options(options: BuildOptions) -> None:
         raise BuildError(f"--image-terms must be 1, 2 or 3 (got {options.image_terms})")
     if type(options.devices) is not int or not 1 <= options.devices <= MAX_DEVICES:
         raise BuildError(f"--devices must be an integer in [1, {MAX_DEVICES}] (got {options.devices})")
-    if options.devices > 1 and options.target != "llvm-cpu":
+    if options.devices > 1 and not target.spans_devices:
+        spanning = ", ".join(t.name for t in TARGETS.values() if t.spans_devices)
         raise BuildError(
-            f"--devices {options.devices}: artifacts over several devices are built for llvm-cpu (local devices) "
+            f"--devices {options.devices}: artifacts over several devices are built for {spanning} (local devices) "
             f"so far, not for {options.target}"
         )
 

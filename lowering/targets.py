@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 DEFAULT_DSA_TILE = 64
+DEVICE_FLAG = "--iree-hal-target-device="
 
 # One pipeline entry: (role, pass). The roles let a tool that compiles a module of one op take the
 # target's lowering of that op alone (`Target.pipeline(roles=...)`):
@@ -127,6 +128,26 @@ class Target:
     @property
     def flags(self) -> tuple[str, ...]:
         return (*self.device_flags, f"--iree-opt-level={self.opt_level}", *self.codegen_flags)
+
+    @property
+    def spans_devices(self) -> bool:
+        """Whether a module for this target may span several devices (`day0 compile --devices N`):
+        its device is one `--iree-hal-target-device` flag, which flags_for repeats (cuda-sm90's
+        travels inside the module instead: _attach_cuda_sm90)."""
+        return sum(f.startswith(DEVICE_FLAG) for f in self.device_flags) == 1
+
+    def flags_for(self, devices: int) -> tuple[str, ...]:
+        """`flags` for a module over `devices` devices: the device flag once for each, `kind[0]` ..
+        `kind[N-1]`. IREE names them @__device_0 .. @__device_<N-1> (where the to-device-transfer
+        pass places values) and maps them to the first N devices the runtime gives it
+        (runtime/vm.py get_devices)."""
+        if devices == 1:
+            return self.flags
+        if not self.spans_devices:
+            raise ValueError(f"target {self.name} does not compile for several devices (--devices {devices})")
+        (named,) = (f for f in self.flags if f.startswith(DEVICE_FLAG))
+        i, kind = self.flags.index(named), named[len(DEVICE_FLAG) :]
+        return (*self.flags[:i], *(f"{DEVICE_FLAG}{kind}[{d}]" for d in range(devices)), *self.flags[i + 1 :])
 
     def prepare_module(self, mlir_text: str) -> str:
         return self.prepare(mlir_text) if self.prepare else mlir_text
