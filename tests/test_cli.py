@@ -118,6 +118,7 @@ def test_inspect(demo):
     _, artifact, _ = demo
     info = json.loads(run("inspect", artifact, "--json").stdout)
     assert info["architecture"] == "deepseek_v32" and info["max_seq_len"] == DEMO_MAX_SEQ_LEN
+    assert info["device_count"] == 1 and info["device_bytes"] == []  # one device holds it all
     cfg = json.loads((demo[0] / "config.json").read_text())
     row = cfg["kv_lora_rank"] + cfg["qk_rope_head_dim"]  # the latent and its rope part
     assert info["state"]["kv_cache.0"] == [DEMO_MAX_SEQ_LEN, row]

@@ -81,6 +81,7 @@ def test_the_engine_runs_a_split_artifact(artifact, split):
 
 def test_each_device_holds_its_own_experts(checkpoint, artifact, split):
     from day0.runtime.artifact import read_manifest
+    from day0.tools.artifact_summary import summary_json
 
     m = read_manifest(split(NAME, 4), verify=False)
     per = [0] * 4  # from the shards' own headers: each tensor's data_offsets
@@ -93,6 +94,8 @@ def test_each_device_holds_its_own_experts(checkpoint, artifact, split):
                 per[0 if e is None else e // 2] += t["data_offsets"][1] - t["data_offsets"][0]
     assert list(m.device_bytes) == per and per[1] == per[2] == per[3] > 0
     assert json.loads((split(NAME, 4) / "manifest.json").read_text())["device_bytes"] == per
+    summary = summary_json(m)  # day0 inspect --json
+    assert summary["device_count"] == 4 and summary["device_bytes"] == per
     # in the compiled module each device loads its parameters itself
     hal = next((split(NAME, 4) / "stages" / "iree" / "phases").glob("*.hal.mlir")).read_text()
     assert all(f"io_parameters.load<%__device_{d}" in hal for d in range(4))

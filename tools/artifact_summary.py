@@ -29,7 +29,9 @@ def summary_json(m, memory: int | None = None) -> dict:
         "target": m.target,
         "devices": list(m.devices),
         "device_count": m.device_count,
-        "device_bytes": list(m.device_bytes) or [m.parameters.nbytes],
+        # the checkpoint tensors' bytes each device reads; [] for one device (parameters.bytes,
+        # the shards' file sizes, is what it holds)
+        "device_bytes": list(m.device_bytes),
         "max_seq_len": m.max_seq_len,
         "vocab_size": m.vocab_size,
         "entry_points": {
